@@ -1,0 +1,175 @@
+"""``npu-migrate env``: what npu_migrate sees on this machine, for bug reports and first checks.
+
+Usage::
+
+    npu-migrate env            # readable report
+    npu-migrate env --json     # the same as one JSON object
+    npu-migrate env --device npu   # fails in one line if torch_npu cannot be used
+
+Like ``accelerate env``, it names the chosen device family and why, the backend, versions, the
+variables that steer the Ascend/CUDA/collective stacks, and warnings for known problems.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import importlib.metadata
+import json
+import os
+import platform
+import sys
+from typing import Any
+
+import torch
+
+from npu_migrate import __version__
+from npu_migrate import device as _device
+
+# Variables of torchrun and npu_migrate that matter to every family.
+_JOB_VARS = (
+    "MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
+    "GROUP_RANK", "NODE_RANK", "OMP_NUM_THREADS", "PYTORCH_CUDA_ALLOC_CONF",
+)
+_ENV_PREFIXES = ("NPU_MIGRATE_",) + tuple(p for s in _device.DEVICES.values() for p in s.env_prefixes)
+
+# Where CANN writes its version; ASCEND_TOOLKIT_HOME is set by set_env.sh.
+_CANN_INFO_GLOBS = ("*/ascend_toolkit_install.info", "ascend_toolkit_install.info")
+
+
+def _dist_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _cann_version() -> str | None:
+    home = os.environ.get("ASCEND_TOOLKIT_HOME") or "/usr/local/Ascend/ascend-toolkit/latest"
+    for pattern in _CANN_INFO_GLOBS:
+        for path in sorted(glob.glob(os.path.join(home, pattern))):
+            try:
+                with open(path, encoding="utf-8") as fh:
+                    for line in fh:
+                        key, _, value = line.partition("=")
+                        if key.strip() == "version":
+                            return value.strip()
+            except OSError:
+                continue
+    return None
+
+
+def _relevant_env() -> dict[str, str]:
+    return {
+        key: value
+        for key, value in sorted(os.environ.items())
+        if key in _JOB_VARS or key.startswith(_ENV_PREFIXES)
+    }
+
+
+def _warnings(spec: _device.DeviceSpec, selection: _device.Selection, variables: dict[str, str]) -> list[str]:
+    warnings = list(selection.skipped)
+    others = [s for s in _device.DEVICES.values() if s.name != spec.name and s.is_accelerator]
+    if spec.is_accelerator:
+        for other in others:
+            # A mask or allocator setting for another family is silently ignored by this one.
+            for attr in ("visible_devices_env", "alloc_conf_env"):
+                theirs, ours = getattr(other, attr), getattr(spec, attr)
+                if theirs and theirs in variables and ours not in variables:
+                    warnings.append(
+                        f"{theirs} is set but has no effect on {spec.name}; set {ours} instead."
+                    )
+            for key in variables:
+                if other.backend != spec.backend and key.startswith(other.backend.upper() + "_"):
+                    equivalent = spec.backend.upper() + key[len(other.backend) :]
+                    warnings.append(
+                        f"{key} is set but {spec.backend} ignores it; look for {equivalent} "
+                        f"in the {spec.backend.upper()} documentation."
+                    )
+    npu = _device.DEVICES["npu"]
+    if spec.name == "npu" and not os.environ.get("ASCEND_TOOLKIT_HOME") and not os.environ.get("ASCEND_HOME_PATH"):
+        warnings.append(f"The CANN environment is not sourced (ASCEND_TOOLKIT_HOME is unset): source {_device.CANN_SET_ENV}.")
+    if spec.name != "npu" and npu.visible_devices_env in variables:
+        warnings.append(f"{npu.visible_devices_env} is set but the job runs on {spec.name}.")
+    if _device._release_tuple(torch.__version__)[:2] < (2, 1):
+        warnings.append(f"torch {torch.__version__} is older than 2.1, which npu_migrate needs.")
+    return warnings
+
+
+def collect(device: str | None = None) -> dict[str, Any]:
+    """Return the environment report as a JSON-ready dict.
+
+    Raises:
+        UnknownDeviceError, DeviceUnavailableError: as :func:`npu_migrate.device.resolve_device`.
+    """
+    selection = _device.resolve_device(device)
+    spec = selection.spec
+    if selection.source == "argument":
+        os.environ[_device.ENV_DEVICE] = spec.name  # the helpers below then agree with the choice
+    variables = _relevant_env()
+    report: dict[str, Any] = {
+        "npu_migrate_version": __version__,
+        "device_type": spec.name,
+        "device_source": selection.source,
+        "backend": _device.default_backend(spec),
+        "device_count": _device.device_count(),
+        "device_name": _device.device_name() if spec.is_accelerator else None,
+        "torch_version": torch.__version__,
+        "torchvision_version": _dist_version("torchvision"),
+        "torch_npu_version": _device.extension_version(_device.DEVICES["npu"]),
+        "torch_cuda_version": torch.version.cuda,
+        "cann_version": _cann_version(),
+        "python_version": platform.python_version(),
+        "platform": platform.platform(),
+        "families": {name: _device.is_available(name) for name in _device.DEVICES},
+        "environment": variables,
+    }
+    report["warnings"] = _warnings(spec, selection, variables)
+    return report
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """Render :func:`collect`'s dict as the text ``npu-migrate env`` prints."""
+    lines = ["npu_migrate environment", ""]
+    scalars = {k: v for k, v in report.items() if not isinstance(v, (dict, list))}
+    width = max(len(k) for k in scalars)
+    for key, value in scalars.items():
+        if key == "device_type":
+            value = f"{value} ({report['device_source']})"
+        elif key == "device_source":
+            continue
+        lines.append(f"- {key:<{width}}  {'-' if value is None else value}")
+    families = ", ".join(f"{k}={'yes' if v else 'no'}" for k, v in report["families"].items())
+    lines.append(f"- {'families':<{width}}  {families}")
+    lines += ["", "Environment variables:"]
+    lines += [f"  {k}={v}" for k, v in report["environment"].items()] or ["  (none set)"]
+    lines += ["", "Warnings:"]
+    lines += [f"  ! {w}" for w in report["warnings"]] or ["  (none)"]
+    return "\n".join(lines)
+
+
+def build_parser(subparsers: Any = None) -> argparse.ArgumentParser:
+    """Add ``env`` to ``subparsers`` (or make a stand-alone parser)."""
+    kwargs = {"description": "Show the device family, backend, versions and settings npu_migrate sees."}
+    if subparsers is None:
+        parser = argparse.ArgumentParser(prog="npu-migrate env", **kwargs)
+    else:
+        parser = subparsers.add_parser("env", help="Show what npu_migrate sees on this machine.", **kwargs)
+    parser.add_argument(
+        "--device", default=None,
+        help="Force a family (npu, cuda, cpu or auto) instead of NPU_MIGRATE_DEVICE or detection.",
+    )
+    parser.add_argument("--json", action="store_true", help="Print one JSON object instead of text.")
+    parser.set_defaults(func=run)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the report; device errors propagate to the CLI, which prints them as one line."""
+    report = collect(args.device)
+    if args.json:
+        json.dump(report, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(format_report(report))
+    return 0

@@ -1,0 +1,109 @@
+"""Shared fixtures: a clean environment per test, free ports, and real multi-process jobs.
+
+Multi-process tests start real processes that join a gloo (or stand-in hccl) group on
+127.0.0.1 with a free port each; nothing in torch.distributed is mocked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from npu_migrate import device as _device
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+FAKE_NPU = TESTS / "fake_npu"
+BROKEN_NPU = TESTS / "broken_npu"
+MISMATCHED_NPU = TESTS / "mismatched_npu"
+WORKERS = TESTS / "workers"
+
+# Variables that would change what the code under test sees; each test starts without them.
+_JOB_VARS = (
+    "NPU_MIGRATE_DEVICE", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+    "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "ASCEND_RT_VISIBLE_DEVICES", "FAKE_NPU_DEVICE_COUNT",
+)
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch):
+    for name in _JOB_VARS:
+        monkeypatch.delenv(name, raising=False)
+    _device._clear_caches()
+    yield
+    _device._clear_caches()
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def child_env(*paths: Path, **extra: str) -> dict[str, str]:
+    """The environment of a child process: ours, with ``paths`` first on PYTHONPATH."""
+    env = {k: v for k, v in os.environ.items() if k not in _JOB_VARS}
+    pythonpath = [str(p) for p in paths] + [str(ROOT)]
+    if env.get("PYTHONPATH"):
+        pythonpath.append(env["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(pythonpath)
+    env["GLOO_SOCKET_IFNAME"] = "lo"
+    env.update(extra)
+    return env
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run ``python -m npu_migrate ARGS`` as a user would, capturing its output."""
+    return subprocess.run(
+        [sys.executable, "-m", "npu_migrate", *args],
+        env=env or child_env(), capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+    )
+
+
+def run_ranks(
+    script: Path, nproc: int, out_dir: Path, *paths: Path, timeout: float = 120, **extra: str
+) -> list[dict]:
+    """Start ``nproc`` processes of ``script`` with torchrun's variables; return their reports.
+
+    Each rank writes ``rank{RANK}.json`` to ``out_dir``. Every process is killed if the job
+    does not finish within ``timeout``, so a hang fails the test instead of the suite.
+    """
+    port = str(free_port())
+    procs, logs = [], []
+    for rank in range(nproc):
+        env = child_env(
+            *paths, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(nproc),
+            LOCAL_WORLD_SIZE=str(nproc), GROUP_RANK="0", MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=port, OUT_DIR=str(out_dir), **extra,
+        )
+        logs.append(out_dir / f"rank{rank}.log")
+        with logs[-1].open("w") as log:
+            procs.append(subprocess.Popen([sys.executable, str(script)], env=env, cwd=ROOT,
+                                          stdout=log, stderr=subprocess.STDOUT))
+    deadline = time.monotonic() + timeout
+    try:
+        # Like a launcher: the first rank to fail ends the job, so a failure never becomes a hang.
+        while True:
+            codes = [p.poll() for p in procs]  # poll every process, not just up to the first live one
+            if None not in codes or any(codes) or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+    failures = [
+        f"rank {rank} exited {proc.returncode}:\n{log.read_text()}"
+        for rank, (proc, log) in enumerate(zip(procs, logs))
+        if proc.returncode != 0
+    ]
+    assert not failures, "\n".join(failures)
+    return [json.loads((out_dir / f"rank{r}.json").read_text()) for r in range(nproc)]

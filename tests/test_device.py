@@ -1,0 +1,136 @@
+"""The device table, the choice of family, and the device calls on the CPU family."""
+
+from __future__ import annotations
+
+import random
+import re
+
+import pytest
+import torch
+
+import npu_migrate as nm
+from npu_migrate import device as _device
+from conftest import BROKEN_NPU, MISMATCHED_NPU
+
+TORCH_RELEASE = re.escape(".".join(torch.__version__.split("+")[0].split(".")[:3]))
+
+
+@pytest.mark.parametrize("spec", list(nm.DEVICES.values()), ids=list(nm.DEVICES))
+def test_every_row_is_complete(spec: nm.DeviceSpec) -> None:
+    assert nm.DEVICES[spec.name] is spec
+    assert spec.name == spec.name.lower() and spec.backend == spec.backend.lower()
+    assert spec.amp_dtype in (torch.float16, torch.bfloat16)
+    assert (spec.extension is None) == (spec.pip_name is None)
+    for var in (spec.visible_devices_env, spec.alloc_conf_env):
+        assert var is None or var == var.upper()
+    assert spec.is_accelerator == (spec.visible_devices_env is not None)
+    assert all(p == p.upper() for p in spec.env_prefixes)
+
+
+def test_table_is_the_issue_table_in_detection_order() -> None:
+    assert list(nm.DEVICES) == ["npu", "cuda", "cpu"]
+    assert [(s.backend, s.extension, s.visible_devices_env) for s in nm.DEVICES.values()] == [
+        ("hccl", "torch_npu", "ASCEND_RT_VISIBLE_DEVICES"),
+        ("nccl", None, "CUDA_VISIBLE_DEVICES"),
+        ("gloo", None, None),
+    ]
+
+
+def test_detects_cpu_here() -> None:
+    selection = nm.resolve_device()
+    assert (selection.spec.name, selection.source, selection.skipped) == ("cpu", "detected", ())
+    assert nm.default_backend() == "gloo"
+
+
+def test_argument_beats_variable_beats_detection(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NPU_MIGRATE_DEVICE", "cpu")
+    assert nm.resolve_device().source == "NPU_MIGRATE_DEVICE"
+    assert nm.resolve_device("cpu").source == "argument"
+    monkeypatch.setenv("NPU_MIGRATE_DEVICE", "npu")  # the argument wins, npu is never tried
+    assert nm.resolve_device("cpu").spec.name == "cpu"
+    monkeypatch.setenv("NPU_MIGRATE_DEVICE", "auto")
+    assert nm.resolve_device().source == "detected"
+    assert nm.resolve_device(" CPU ").spec.name == "cpu"
+
+
+def test_unknown_device_lists_the_families(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(nm.UnknownDeviceError, match=r"Unknown device 'gpu' from --device\. Expected one of: auto, npu, cuda, cpu\. Pass --device or set NPU_MIGRATE_DEVICE\."):
+        nm.resolve_device("gpu")
+    monkeypatch.setenv("NPU_MIGRATE_DEVICE", "xpu")
+    with pytest.raises(nm.UnknownDeviceError, match=r"'xpu' from NPU_MIGRATE_DEVICE=xpu\. Expected one of: auto, npu, cuda, cpu"):
+        nm.device_spec()
+
+
+def test_forced_npu_without_torch_npu_says_which_pip_install() -> None:
+    with pytest.raises(nm.DeviceUnavailableError, match=rf'npu needs torch_npu, which is not installed\. .* pip install "torch-npu=={TORCH_RELEASE}\.\*"'):
+        nm.resolve_device("npu")
+    assert not nm.is_available("npu")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a CUDA device")
+def test_forced_cuda_without_gpu_is_refused() -> None:
+    with pytest.raises(nm.DeviceUnavailableError, match=r"No cuda device is visible \(torch\.cuda\.is_available\(\) is False\)"):
+        nm.resolve_device("cuda")
+
+
+def test_broken_torch_npu_quotes_the_import_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(BROKEN_NPU))
+    with pytest.raises(nm.DeviceUnavailableError, match=r"torch_npu is installed but failed to import: libascendcl\.so: cannot open shared object file.*source /usr/local/Ascend/ascend-toolkit/set_env\.sh"):
+        nm.resolve_device("npu")
+    # Detection warns about the broken install and goes on to the next family.
+    _device._clear_caches()
+    selection = nm.resolve_device()
+    assert selection.spec.name == "cpu"
+    assert len(selection.skipped) == 1 and "libascendcl.so" in selection.skipped[0]
+
+
+def test_mismatched_torch_npu_names_both_versions_without_importing_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(MISMATCHED_NPU))
+    with pytest.raises(nm.DeviceUnavailableError, match=rf'torch_npu 2\.1\.0\.post3 is built for torch 2\.1\.0 but torch {re.escape(torch.__version__)} is installed\. .*pip install "torch-npu=={TORCH_RELEASE}\.\*" or pip install "torch==2\.1\.0"'):
+        nm.resolve_device("npu")
+
+
+def test_cpu_device_calls() -> None:
+    assert nm.get_device() == torch.device("cpu")
+    assert nm.get_device(3) == torch.device("cpu")
+    assert nm.device_count() == 1
+    assert nm.current_device_index() == 0
+    assert nm.memory_stats() is None
+    nm.set_device(0)
+    nm.synchronize()
+    nm.empty_cache()
+    nm.reset_peak_memory_stats()
+    assert isinstance(nm.device_name(), str) and nm.device_name()
+
+
+def test_autocast_uses_the_family_dtype() -> None:
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    with nm.autocast():
+        assert (a @ b).dtype == torch.bfloat16
+    with nm.autocast(enabled=False):
+        assert (a @ b).dtype == torch.float32
+
+
+def test_grad_scaler_is_a_pass_through_with_bfloat16() -> None:
+    scaler = nm.grad_scaler(enabled=True)
+    assert not scaler.is_enabled()
+    w = torch.nn.Parameter(torch.ones(2))
+    opt = torch.optim.SGD([w], lr=0.5)
+    loss = (w * 3).sum()
+    assert scaler.scale(loss) is loss
+    scaler.scale(loss).backward()
+    scaler.step(opt)
+    scaler.update()
+    assert w.detach().tolist() == [-0.5, -0.5]
+
+
+def test_seed_everything_repeats_every_generator() -> None:
+    def draw() -> tuple:
+        import numpy as np
+
+        return random.random(), np.random.rand(), torch.rand(3).tolist()
+
+    nm.seed_everything(1234)
+    first = draw()
+    nm.seed_everything(1234)
+    assert draw() == first
