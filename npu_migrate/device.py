@@ -28,7 +28,8 @@ import os
 import platform
 import random
 import re
-from contextlib import AbstractContextManager
+import time
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -526,3 +527,163 @@ def reset_peak_memory_stats(index: int | None = None) -> None:
     spec = device_spec()
     if spec.is_accelerator and hasattr(_module(spec), "reset_peak_memory_stats"):
         _module(spec).reset_peak_memory_stats(current_device_index() if index is None else index)
+
+
+def _memory_figure(fn: str, index: int | None) -> int:
+    spec = device_spec()
+    if not spec.is_accelerator:
+        return 0
+    return int(getattr(_module(spec), fn)(current_device_index() if index is None else index))
+
+
+def memory_allocated(index: int | None = None) -> int:
+    """Bytes held by tensors on a device, like ``torch.cuda.memory_allocated`` (0 on CPU)."""
+    return _memory_figure("memory_allocated", index)
+
+
+def max_memory_allocated(index: int | None = None) -> int:
+    """Peak of :func:`memory_allocated` since start or the last reset (0 on CPU)."""
+    return _memory_figure("max_memory_allocated", index)
+
+
+def memory_reserved(index: int | None = None) -> int:
+    """Bytes held by the caching allocator, like ``torch.cuda.memory_reserved`` (0 on CPU)."""
+    return _memory_figure("memory_reserved", index)
+
+
+def max_memory_reserved(index: int | None = None) -> int:
+    """Peak of :func:`memory_reserved` (0 on CPU)."""
+    return _memory_figure("max_memory_reserved", index)
+
+
+def manual_seed_all(seed: int) -> None:
+    """Seed the random generators of every device of the family, like ``torch.cuda.manual_seed_all``.
+
+    Only device generators: on CPU, where ``torch.cuda.manual_seed_all`` does nothing either,
+    nothing happens. Use :func:`seed_everything` to seed Python, NumPy and torch as well.
+    """
+    spec = device_spec()
+    if spec.is_accelerator:
+        _module(spec).manual_seed_all(seed)
+
+
+def accelerator_available() -> bool:
+    """True when the chosen family is an accelerator: the portable ``torch.cuda.is_available()``."""
+    return device_spec().is_accelerator
+
+
+def device_ids(local_rank: int | None = None) -> list[int] | None:
+    """DDP's ``device_ids`` for a local rank: ``[index]`` on an accelerator, ``None`` on CPU."""
+    index = get_device(local_rank).index
+    return None if index is None else [index]
+
+
+def output_device(local_rank: int | None = None) -> int | None:
+    """DDP's ``output_device`` for a local rank: the index on an accelerator, ``None`` on CPU."""
+    return get_device(local_rank).index
+
+
+def visible_devices_env() -> str:
+    """Name of the variable that masks the family's devices (``ASCEND_RT_VISIBLE_DEVICES``...).
+
+    On CPU, which has none, ``CUDA_VISIBLE_DEVICES`` is returned: setting it hides nothing the
+    job uses, so code that writes it keeps working.
+    """
+    return device_spec().visible_devices_env or DEVICES["cuda"].visible_devices_env or ""
+
+
+class HostEvent:
+    """An event for the CPU family that measures time, where ``torch.cpu.Event`` does not.
+
+    Work on CPU is synchronous, so ``record()`` marks the moment it is called.
+    """
+
+    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> None:
+        self.enable_timing = enable_timing
+        self._time: float | None = None
+
+    def record(self, stream: Any = None) -> None:
+        self._time = time.perf_counter()
+
+    def elapsed_time(self, end_event: HostEvent) -> float:
+        """Milliseconds between this event and ``end_event``, as ``torch.cuda.Event`` reports."""
+        if not (self.enable_timing and end_event.enable_timing):
+            raise RuntimeError("Both events must be created with enable_timing=True to measure time.")
+        if self._time is None or end_event._time is None:
+            raise RuntimeError("Both events must be recorded before elapsed_time() is called.")
+        return (end_event._time - self._time) * 1000.0
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        pass
+
+    def wait(self, stream: Any = None) -> None:
+        pass
+
+
+class HostStream:
+    """A stream for the CPU family: work is already in order, so every wait is immediate."""
+
+    def __init__(self, device: Any = None, priority: int = 0, **kwargs: Any) -> None:
+        self.device = torch.device("cpu")
+        self.priority = priority
+
+    def synchronize(self) -> None:
+        pass
+
+    def query(self) -> bool:
+        return True
+
+    def wait_stream(self, stream: Any) -> None:
+        pass
+
+    def wait_event(self, event: Any) -> None:
+        pass
+
+    def record_event(self, event: HostEvent | None = None) -> HostEvent:
+        event = event or HostEvent()
+        event.record(self)
+        return event
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, HostStream)
+
+    def __hash__(self) -> int:
+        return hash(HostStream)
+
+
+def Event(enable_timing: bool = False, **kwargs: Any) -> Any:  # noqa: N802 - mirrors torch.cuda.Event
+    """Return the family's event class instance, like ``torch.cuda.Event(enable_timing=True)``."""
+    spec = device_spec()
+    if not spec.is_accelerator:
+        return HostEvent(enable_timing=enable_timing, **kwargs)
+    return _module(spec).Event(enable_timing=enable_timing, **kwargs)
+
+
+def Stream(*args: Any, **kwargs: Any) -> Any:  # noqa: N802 - mirrors torch.cuda.Stream
+    """Return a new stream of the family, like ``torch.cuda.Stream()``."""
+    spec = device_spec()
+    if not spec.is_accelerator:
+        return HostStream(*args, **kwargs)
+    return _module(spec).Stream(*args, **kwargs)
+
+
+_HOST_STREAM = HostStream()
+
+
+def current_stream(index: int | None = None) -> Any:
+    """Return the current stream of a device, like ``torch.cuda.current_stream()``."""
+    spec = device_spec()
+    if not spec.is_accelerator:
+        return _HOST_STREAM
+    return _module(spec).current_stream(index)
+
+
+def stream(s: Any) -> AbstractContextManager[Any]:
+    """Return a context that makes ``s`` current, like ``torch.cuda.stream(s)``."""
+    spec = device_spec()
+    if not spec.is_accelerator:
+        return nullcontext(s)
+    return _module(spec).stream(s)

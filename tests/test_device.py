@@ -134,3 +134,34 @@ def test_seed_everything_repeats_every_generator() -> None:
     first = draw()
     nm.seed_everything(1234)
     assert draw() == first
+
+
+def test_portable_torch_cuda_equivalents_on_cpu() -> None:
+    assert not nm.accelerator_available()
+    assert nm.device_ids(1) is None and nm.output_device(1) is None  # what DDP needs for CPU modules
+    assert (nm.memory_allocated(), nm.max_memory_allocated(), nm.memory_reserved(), nm.max_memory_reserved()) == (0, 0, 0, 0)
+    assert nm.visible_devices_env() == "CUDA_VISIBLE_DEVICES"
+    torch.manual_seed(7)
+    expected = torch.rand(2)
+    torch.manual_seed(7)
+    nm.manual_seed_all(123)  # device generators only: the CPU generator is left alone
+    assert torch.equal(torch.rand(2), expected)
+
+
+def test_host_events_measure_time_and_streams_are_usable() -> None:
+    import time
+
+    start, end = nm.Event(enable_timing=True), nm.Event(enable_timing=True)
+    start.record()
+    time.sleep(0.02)
+    end.record()
+    end.synchronize()
+    assert 15.0 <= start.elapsed_time(end) < 2000.0
+    with pytest.raises(RuntimeError, match="enable_timing=True"):
+        nm.Event().elapsed_time(end)
+    side = nm.Stream()
+    with nm.stream(side):
+        side.wait_stream(nm.current_stream())
+        y = torch.ones(2) * 2
+    side.synchronize()
+    assert y.tolist() == [2.0, 2.0] and nm.current_stream() == nm.current_stream()
