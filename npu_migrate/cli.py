@@ -16,11 +16,11 @@ import argparse
 import logging
 import sys
 
-from npu_migrate import __version__, env, smoke
+from npu_migrate import __version__, env, launch, smoke
 from npu_migrate.errors import NpuMigrateError, UnknownDeviceError
 from npu_migrate.log import setup_logging
 
-_COMMANDS = (env, smoke)
+_COMMANDS = (env, launch, smoke)
 
 
 def build_parser() -> argparse.ArgumentParser:
