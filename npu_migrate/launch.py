@@ -244,29 +244,16 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def make_config(
-    nproc: int | None = None,
-    nnodes: int | None = None,
-    node_rank: int | None = None,
-    addr: str | None = None,
-    port: int | None = None,
-    device: str | None = None,
-    log_dir: str | None = None,
-    max_restarts: int = 0,
-    join_timeout: float = 600.0,
-    environ: dict[str, str] | None = None,
-) -> LaunchConfig:
-    """Check the launcher's input and fill in what is missing; start nothing.
-
-    Flags win; then Slurm or a Kubeflow/torchrun-style environment; then single-node defaults.
-
-    Raises:
-        LaunchError: any input that cannot work, as one line.
-        UnknownDeviceError, DeviceUnavailableError: from the device layer.
-    """
-    from npu_migrate import device as _device
-
-    environ = dict(os.environ if environ is None else environ)
+def _plain_settings(
+    nproc: int | None,
+    nnodes: int | None,
+    node_rank: int | None,
+    addr: str | None,
+    port: int | None,
+    max_restarts: int,
+    environ: dict[str, str],
+) -> dict[str, Any]:
+    """The checks that need no torch, so bad input is refused before anything heavy starts."""
     given = {"nnodes": nnodes, "node_rank": node_rank, "addr": addr, "port": port}
     try:
         found, source = _cluster_defaults(environ)
@@ -291,19 +278,8 @@ def make_config(
             f"--node-rank {node_rank} is outside [0, {nnodes}) for --nnodes {nnodes}: "
             "give each node a different rank from 0 to nnodes-1."
         )
-    spec = _device.device_spec(device)
-    count = _device.device_count()
-    if nproc is None:
-        nproc = count
-    if nproc < 1:
+    if nproc is not None and nproc < 1:
         raise LaunchError(f"--device-num {nproc} is not positive: expected 1 or more processes per node.")
-    if spec.is_accelerator and nproc > count:
-        mask = environ.get(spec.visible_devices_env or "")
-        seen = f" ({spec.visible_devices_env}={mask!r})" if mask is not None else ""
-        raise LaunchError(
-            f"--device-num {nproc} is more than the {count} {spec.name} device(s) visible here{seen}. "
-            f"Use --device-num {count} or fewer."
-        )
     if max_restarts < 0:
         raise LaunchError(f"--max-restarts {max_restarts} is negative: expected 0 or more.")
     try:
@@ -313,7 +289,6 @@ def make_config(
             f"--addr {addr!r} does not resolve ({exc.args[-1] if exc.args else exc}). Pass node 0's IP "
             "address or a host name every node can resolve."
         ) from None
-
     if values["port"] is None:
         port = _free_port() if nnodes == 1 else DEFAULT_PORT
     else:
@@ -330,13 +305,57 @@ def make_config(
                     + (" or leave it out to get a free one." if nnodes == 1 else
                        f" (the same on every node; the launcher also uses --port + {CONTROL_PORT_OFFSET}).")
                 )
+    return {"nnodes": nnodes, "node_rank": node_rank, "addr": addr, "port": port, "sources": sources}
+
+
+def make_config(
+    nproc: int | None = None,
+    nnodes: int | None = None,
+    node_rank: int | None = None,
+    addr: str | None = None,
+    port: int | None = None,
+    device: str | None = None,
+    log_dir: str | None = None,
+    max_restarts: int = 0,
+    join_timeout: float = 600.0,
+    environ: dict[str, str] | None = None,
+    before_device: Callable[[], Any] | None = None,
+) -> LaunchConfig:
+    """Check the launcher's input and fill in what is missing; start nothing.
+
+    Flags win; then Slurm or a Kubeflow/torchrun-style environment; then single-node defaults.
+
+    Args:
+        before_device: called after the checks that need no torch and before the device
+            family is resolved (the launcher starts its fork server there).
+
+    Raises:
+        LaunchError: any input that cannot work, as one line.
+        UnknownDeviceError, DeviceUnavailableError: from the device layer.
+    """
+    environ = dict(os.environ if environ is None else environ)
+    plain = _plain_settings(nproc, nnodes, node_rank, addr, port, max_restarts, environ)
+    if before_device is not None:
+        before_device()
+    from npu_migrate import device as _device
+
+    spec = _device.device_spec(device)
+    count = _device.device_count()
+    if nproc is None:
+        nproc = count
+    if spec.is_accelerator and nproc > count:
+        mask = environ.get(spec.visible_devices_env or "")
+        seen = f" ({spec.visible_devices_env}={mask!r})" if mask is not None else ""
+        raise LaunchError(
+            f"--device-num {nproc} is more than the {count} {spec.name} device(s) visible here{seen}. "
+            f"Use --device-num {count} or fewer."
+        )
     omp = None
     if "OMP_NUM_THREADS" not in environ and nproc > 1:
         omp = max(1, (os.cpu_count() or 1) // nproc)  # torchrun sets 1; share the cores instead
     return LaunchConfig(
-        nproc=nproc, nnodes=nnodes, node_rank=node_rank, addr=addr, port=port, device=spec.name,
-        backend=_device.default_backend(spec), log_dir=log_dir, max_restarts=max_restarts,
-        join_timeout=join_timeout, sources=sources, omp_threads=omp,
+        nproc=nproc, device=spec.name, backend=_device.default_backend(spec), log_dir=log_dir,
+        max_restarts=max_restarts, join_timeout=join_timeout, omp_threads=omp, **plain,
     )
 
 
@@ -359,6 +378,45 @@ def world_table(cfg: LaunchConfig, target: Target) -> str:
 
 
 # --------------------------------------------------------------------------- the worker side
+
+
+def _in_fork_server() -> bool:
+    """True while multiprocessing's fork server imports this module as a preload."""
+    frame = sys._getframe()
+    while frame is not None:
+        if frame.f_code.co_name == "main" and frame.f_code.co_filename.endswith("forkserver.py"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _kill_worker_groups() -> None:
+    """Fork server exit: SIGKILL the process group of every worker it forked.
+
+    The fork server exits when the launcher does, even by SIGKILL (its pipe to the launcher
+    closes). PR_SET_PDEATHSIG then kills each worker, but not what a worker started; each
+    worker leads its own process group, so killing the groups here takes those too.
+    """
+    children: set[int] = set()
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/children", encoding="ascii") as fh:
+                children.update(int(pid) for pid in fh.read().split())
+        except OSError:
+            continue
+    for pid in children:
+        for kill in (os.killpg, os.kill):
+            try:
+                kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+if sys.platform.startswith("linux") and _in_fork_server():
+    import atexit
+
+    atexit.register(_kill_worker_groups)
+
 
 
 def _die_with_launcher(launcher_pid: int) -> None:
@@ -652,6 +710,22 @@ def _start_fork_server() -> str:
     return "spawn"
 
 
+def _stop_fork_server() -> None:
+    """End the fork server at once when nothing will be launched.
+
+    It holds this process's stdout and stderr while it imports torch; a caller reading them
+    (a pipe, `| tee`, a test) would otherwise wait seconds for a refusal.
+    """
+    from multiprocessing import forkserver
+
+    pid = getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)
+    if pid:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
 class _Job:
     def __init__(self, cfg: LaunchConfig, target: Target, start_method: str) -> None:
         self.cfg = cfg
@@ -857,9 +931,14 @@ def spawn(
         JobFailed: a rank failed (its rank, host and error are in the message) or the launcher
             was interrupted.
     """
-    start_method = _start_fork_server()
-    cfg = make_config(nproc, nnodes, node_rank, addr, port, device, log_dir, max_restarts, join_timeout)
-    code = _run(cfg, Target(fn=fn, args=tuple(args)), start_method)
+    methods: list[str] = []
+    try:
+        cfg = make_config(nproc, nnodes, node_rank, addr, port, device, log_dir, max_restarts, join_timeout,
+                          before_device=lambda: methods.append(_start_fork_server()))
+    except NpuMigrateError:
+        _stop_fork_server()
+        raise
+    code = _run(cfg, Target(fn=fn, args=tuple(args)), methods[0])
     if code != 0:
         raise JobFailed(f"the job ended with exit code {code}; see the messages above.", code)
 
@@ -920,7 +999,6 @@ def build_parser(subparsers: Any = None) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Validate, then launch (or print the world with --dry-run)."""
-    start_method = "spawn" if args.dry_run else _start_fork_server()
     if args.module:
         if importlib.util.find_spec(args.script.split(".")[0]) is None:
             raise LaunchError(f"module {args.script!r} not found: check the name and that it is importable from here.")
@@ -929,14 +1007,24 @@ def run(args: argparse.Namespace) -> int:
         if not os.path.isfile(args.script):
             raise LaunchError(f"script {args.script!r} not found (working directory {os.getcwd()}).")
         target = Target(script=args.script, args=tuple(args.script_args))
-    cfg = make_config(args.nproc, args.nnodes, args.node_rank, args.addr, args.port, args.device,
-                      args.log_dir, args.max_restarts, args.join_timeout)
+    methods: list[str] = []
+    try:
+        cfg = make_config(args.nproc, args.nnodes, args.node_rank, args.addr, args.port, args.device,
+                          args.log_dir, args.max_restarts, args.join_timeout,
+                          before_device=None if args.dry_run else lambda: methods.append(_start_fork_server()))
+    except NpuMigrateError:
+        _stop_fork_server()
+        raise
     if args.dry_run:
         print(world_table(cfg, target))
         return 0
     _say(f"node {cfg.node_rank} of {cfg.nnodes}: {cfg.nproc} process(es) on {cfg.device} with {cfg.backend}, "
          f"master {cfg.addr}:{cfg.port} (settings from {cfg.sources})")
-    return _run(cfg, target, start_method)
+    try:
+        return _run(cfg, target, methods[0])
+    except NpuMigrateError:
+        _stop_fork_server()
+        raise
 
 
 def main(argv: list[str] | None = None) -> int:

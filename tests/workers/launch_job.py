@@ -1,0 +1,67 @@
+"""A training-script stand-in for launcher tests; what it does is chosen by its arguments.
+
+Every rank joins the group, all-reduces once and writes $OUT_DIR/rank{RANK}.json with what it saw.
+Then, on the rank named by --on-rank (all ranks when -1):
+  --fail            raise ValueError
+  --exit CODE       os._exit(CODE)
+  --signal NAME     kill itself with signal NAME
+  --hang            sleep for a long time (all ranks), after starting a `sleep` grandchild
+  --fail-first      raise on the first attempt only (TORCHELASTIC_RESTART_COUNT == 0)
+  --sleep S         sleep S seconds before finishing (all ranks)
+Unknown arguments are recorded, not parsed, so pass-through can be checked.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+import npu_migrate as nm
+
+
+def flag(name: str) -> str | None:
+    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else None
+
+
+info = nm.init_distributed()
+value = torch.tensor([float(info.rank + 1)])
+dist.all_reduce(value)
+on_rank = int(flag("--on-rank") or -1)
+me = on_rank in (-1, info.rank)
+grandchild = subprocess.Popen(["sleep", "1000"]) if "--hang" in sys.argv else None
+npu = getattr(torch, "npu", None)
+report = {
+    "name": __name__,
+    "argv": sys.argv,
+    "env": {k: os.environ.get(k) for k in (
+        "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK",
+        "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT", "NPU_MIGRATE_DEVICE")},
+    "backend": info.backend,
+    "device": str(info.device),
+    "current_device_index": nm.current_device_index(),
+    "sum": value.item(),
+    "pids": [os.getpid()] + ([grandchild.pid] if grandchild else []),
+}
+out = Path(os.environ["OUT_DIR"])
+(out / f"rank{info.rank}.json").write_text(json.dumps(report))
+print(f"rank {info.rank} says hello", flush=True)
+
+if me and "--fail" in sys.argv:
+    raise ValueError(f"boom on rank {info.rank}")
+if me and flag("--exit") is not None:
+    os._exit(int(flag("--exit")))
+if me and flag("--signal") is not None:
+    os.kill(os.getpid(), getattr(signal, flag("--signal")))
+if me and "--fail-first" in sys.argv and os.environ["TORCHELASTIC_RESTART_COUNT"] == "0":
+    raise RuntimeError("first attempt fails")
+if "--hang" in sys.argv or (not me and ("--fail" in sys.argv or flag("--exit") or flag("--signal"))):
+    time.sleep(1000)  # the other ranks wait: only the launcher can end them
+if flag("--sleep"):
+    time.sleep(float(flag("--sleep")))
+nm.destroy_distributed()
