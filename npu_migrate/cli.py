@@ -17,11 +17,12 @@ import logging
 import sys
 
 from npu_migrate import __version__, env, launch, smoke
+from npu_migrate.migrate import cli as run_cli
 from npu_migrate.port import cli as port_cli
 from npu_migrate.errors import NpuMigrateError, UnknownDeviceError
 from npu_migrate.log import setup_logging
 
-_COMMANDS = (env, launch, smoke, port_cli)
+_COMMANDS = (env, launch, run_cli, smoke, port_cli)
 
 
 def build_parser() -> argparse.ArgumentParser:

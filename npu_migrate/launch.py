@@ -41,6 +41,7 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import shlex
+import shutil
 import signal
 import socket
 import sys
@@ -975,6 +976,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Restart the whole job this many times after a failure (default: %(default)s).")
     parser.add_argument("--join-timeout", dest="join_timeout", type=float, default=600.0,
                         help="Seconds to wait for the other nodes' launchers (default: %(default)s).")
+    parser.add_argument("--migrate", action="store_true",
+                        help="Runtime migration: the script's CUDA calls go to the chosen device (npu, or cpu for tests).")
+    parser.add_argument("--migrate-report", dest="migrate_report", default=None,
+                        help="With --migrate, merge what every rank redirected into FILE (.json or markdown).")
     parser.add_argument("--dry-run", action="store_true",
                         help="Print every process's ranks, device, backend and environment; start nothing.")
     parser.add_argument("-m", "--module", action="store_true",
@@ -1007,6 +1012,15 @@ def run(args: argparse.Namespace) -> int:
         if not os.path.isfile(args.script):
             raise LaunchError(f"script {args.script!r} not found (working directory {os.getcwd()}).")
         target = Target(script=args.script, args=tuple(args.script_args))
+    if args.migrate_report and not args.migrate:
+        raise LaunchError("--migrate-report needs --migrate: it reports what runtime migration redirected.")
+    report_dir = None
+    if args.migrate and not args.dry_run:
+        # Before the fork server starts: it imports torch, and the migration must be armed there.
+        from npu_migrate import _migrate_hook
+
+        report_dir = tempfile.mkdtemp(prefix="npu_migrate_report_") if args.migrate_report else None
+        _migrate_hook.export_environment(args.device, args.nproc or 1, report_dir)
     methods: list[str] = []
     try:
         cfg = make_config(args.nproc, args.nnodes, args.node_rank, args.addr, args.port, args.device,
@@ -1018,13 +1032,20 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(world_table(cfg, target))
         return 0
+    migrating = f", CUDA calls migrated to {cfg.device}" if args.migrate else ""
     _say(f"node {cfg.node_rank} of {cfg.nnodes}: {cfg.nproc} process(es) on {cfg.device} with {cfg.backend}, "
-         f"master {cfg.addr}:{cfg.port} (settings from {cfg.sources})")
+         f"master {cfg.addr}:{cfg.port} (settings from {cfg.sources}){migrating}")
     try:
         return _run(cfg, target, methods[0])
     except NpuMigrateError:
         _stop_fork_server()
         raise
+    finally:
+        if report_dir:
+            from npu_migrate.migrate.cli import write_report
+
+            _say(write_report(report_dir, args.migrate_report))
+            shutil.rmtree(report_dir, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,116 @@
+"""What one process's migration redirected, and the merge of many processes' records.
+
+Each process keeps counts in memory and, when a report directory is set
+(``NPU_MIGRATE_REPORT_DIR``), writes ``migrate-<host>-<pid>.json`` there when it ends. The
+launcher and ``npu-migrate run`` merge those files into one markdown or JSON report.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import socket
+import sys
+from typing import Any
+
+ENV_REPORT_DIR = "NPU_MIGRATE_REPORT_DIR"
+
+KINDS = ("redirected", "noop", "unmapped")
+
+
+class Report:
+    """Counts per API: how often it was met, what was done, and the first call site."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, dict[str, Any]] = {}
+        self.target = ""
+
+    def record(self, api: str, kind: str, site: str | None, detail: str = "") -> None:
+        entry = self.entries.get(api)
+        if entry is None:
+            self.entries[api] = {"kind": kind, "count": 1, "first_site": site or "?", "detail": detail}
+        else:
+            entry["count"] += 1
+
+    def reset(self) -> None:
+        self.entries = {}
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "rank": os.environ.get("RANK"),
+            "target": self.target,
+            "argv0": sys.argv[0] if sys.argv else "",
+            "entries": self.entries,
+        }
+
+    def dump(self) -> str | None:
+        """Write this process's record to the report directory, if one is set and there is news."""
+        directory = os.environ.get(ENV_REPORT_DIR)
+        if not directory or not self.entries:
+            return None
+        path = os.path.join(directory, f"migrate-{socket.gethostname()}-{os.getpid()}.json")
+        tmp = path + ".tmp"
+        try:
+            with open(tmp, "w", encoding="utf-8") as fh:
+                json.dump(self.as_dict(), fh)
+            os.replace(tmp, path)
+        except OSError:
+            return None
+        return path
+
+
+REPORT = Report()
+
+
+def merge(directory: str) -> dict[str, Any]:
+    """Merge every process's record in ``directory`` into one report."""
+    processes = []
+    for path in sorted(glob.glob(os.path.join(directory, "migrate-*.json"))):
+        try:
+            with open(path, encoding="utf-8") as fh:
+                processes.append(json.load(fh))
+        except (OSError, ValueError):
+            continue
+    apis: dict[str, dict[str, Any]] = {}
+    for proc in processes:
+        for api, entry in proc["entries"].items():
+            merged = apis.setdefault(api, {"kind": entry["kind"], "count": 0, "processes": 0,
+                                           "first_site": entry["first_site"], "detail": entry.get("detail", "")})
+            merged["count"] += entry["count"]
+            merged["processes"] += 1
+    targets = sorted({p["target"] for p in processes if p.get("target")})
+    return {"processes": len(processes), "targets": targets, "apis": dict(sorted(apis.items()))}
+
+
+def to_markdown(report: dict[str, Any]) -> str:
+    lines = [
+        "# npu_migrate runtime migration report",
+        "",
+        f"Processes: {report['processes']}; target: {', '.join(report['targets']) or '-'}",
+        "",
+    ]
+    titles = {
+        "redirected": "Redirected",
+        "noop": "Harmless no-ops on the target",
+        "unmapped": "CUDA APIs that could not be mapped (need a human)",
+    }
+    for kind in KINDS:
+        rows = [(api, e) for api, e in report["apis"].items() if e["kind"] == kind]
+        lines += [f"## {titles[kind]}", ""]
+        if not rows:
+            lines += ["(none)", ""]
+            continue
+        lines += ["| API | calls | processes | first call site | note |", "|---|---|---|---|---|"]
+        lines += [f"| `{api}` | {e['count']} | {e['processes']} | {e['first_site']} | {e['detail']} |" for api, e in rows]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write(report: dict[str, Any], path: str) -> None:
+    """Write a merged report as JSON (``.json``) or markdown (anything else)."""
+    text = json.dumps(report, indent=2) if path.endswith(".json") else to_markdown(report)
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(text + "\n")

@@ -1,0 +1,88 @@
+"""``npu-migrate run``: run a CUDA script once, in this process, with runtime migration on.
+
+Usage::
+
+    npu-migrate run train.py --world-size 1 --rank 0          # seed 003: the script spawns its workers
+    npu-migrate run --device cpu --device-num 2 train.py      # on CPU the script sees 2 cuda devices
+    npu-migrate run --migrate-report report.md train.py
+
+For scripts that start their own workers with ``torch.multiprocessing.spawn`` (seed 003, the
+classic ImageNet example): every process they start migrates too. Scripts written for torchrun
+go through ``python -m npu_migrate.launch --migrate`` instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import runpy
+import shutil
+import sys
+import tempfile
+from typing import Any
+
+from npu_migrate.errors import NpuMigrateError
+
+
+def build_parser(subparsers: Any = None) -> argparse.ArgumentParser:
+    """Add ``run`` to ``subparsers`` (or make a stand-alone parser)."""
+    description = "Run a CUDA script once, in this process, with its CUDA calls sent to the chosen device."
+    if subparsers is None:
+        parser = argparse.ArgumentParser(prog="npu-migrate run", description=description)
+    else:
+        parser = subparsers.add_parser("run", help="Run a CUDA script with runtime migration.", description=description)
+    parser.add_argument("--device", default=None,
+                        help="Target family: auto, npu, cuda or cpu (default: NPU_MIGRATE_DEVICE, else detected).")
+    parser.add_argument("--device-num", "--device_num", dest="device_num", type=int, default=None,
+                        help="On cpu, how many cuda devices the script sees (default: 1).")
+    parser.add_argument("--migrate-report", dest="migrate_report", default=None,
+                        help="Write what was redirected, in every process of the job, to FILE (.json or markdown).")
+    parser.add_argument("-m", "--module", action="store_true", help="Run SCRIPT as a module, like python -m.")
+    parser.add_argument("script", metavar="SCRIPT", help="The CUDA training script.")
+    parser.add_argument("script_args", metavar="ARGS", nargs=argparse.REMAINDER, help="Its arguments, untouched.")
+    parser.set_defaults(func=run)
+    return parser
+
+
+def write_report(report_dir: str, path: str) -> str:
+    """Merge every process's record in ``report_dir`` into ``path``; return a one-line summary."""
+    from npu_migrate.migrate import _report
+
+    merged = _report.merge(report_dir)
+    _report.write(merged, path)
+    kinds = {k: sum(1 for e in merged["apis"].values() if e["kind"] == k) for k in _report.KINDS}
+    return (f"migration report {path}: {merged['processes']} process(es), {kinds['redirected']} API(s) redirected, "
+            f"{kinds['noop']} harmless no-op(s), {kinds['unmapped']} unmapped")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Install migration for this process and its children, then run the script as __main__."""
+    from npu_migrate import migrate
+
+    if args.device_num is not None and args.device_num < 1:
+        raise NpuMigrateError(f"--device-num {args.device_num} is not positive: expected 1 or more devices.")
+    if not args.module and not os.path.isfile(args.script):
+        raise NpuMigrateError(f"script {args.script!r} not found (working directory {os.getcwd()}).")
+    report_dir = tempfile.mkdtemp(prefix="npu_migrate_report_") if args.migrate_report else None
+    migrate.install(device=args.device, device_count=args.device_num, propagate=True, report_dir=report_dir)
+    code = 0
+    try:
+        sys.argv = [args.script, *args.script_args]
+        if args.module:
+            sys.path.insert(0, os.getcwd())
+            runpy.run_module(args.script, run_name="__main__", alter_sys=True)
+        else:
+            sys.path.insert(0, os.path.dirname(os.path.abspath(args.script)))
+            runpy.run_path(args.script, run_name="__main__")
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if exc.code is not None and not isinstance(exc.code, int):
+            print(exc.code, file=sys.stderr)
+    finally:
+        if report_dir:
+            from npu_migrate.migrate._report import REPORT
+
+            REPORT.dump()
+            print(f"npu-migrate run: {write_report(report_dir, args.migrate_report)}", file=sys.stderr)
+            shutil.rmtree(report_dir, ignore_errors=True)
+    return code
