@@ -284,12 +284,16 @@ def test_failure_on_one_node_ends_the_other_node_quickly(tmp_path: Path) -> None
 
 def test_two_launchers_with_the_same_node_rank(tmp_path: Path) -> None:
     port = str(two_free_ports())
+    release = tmp_path / "release"
     common = ["--nnodes", "2", "--device-num", "1", "--addr", "127.0.0.1", "--port", port, "--join-timeout", "60"]
-    node0 = Launch(tmp_path, *common, "--node-rank", "0", str(JOB), "--sleep", "12", name="node0")
-    node1 = Launch(tmp_path, *common, "--node-rank", "1", str(JOB), "--sleep", "12", name="node1")
+    node0 = Launch(tmp_path, *common, "--node-rank", "0", str(JOB), "--wait-for", str(release), name="node0")
+    node1 = Launch(tmp_path, *common, "--node-rank", "1", str(JOB), "--wait-for", str(release), name="node1")
     wait_for_files(tmp_path, ["rank0.json", "rank1.json"])
     dup = Launch(tmp_path, *common, "--node-rank", "1", str(JOB), name="dup")
-    assert dup.wait(30) == 1
+    try:
+        assert dup.wait(30) == 1
+    finally:
+        release.touch()  # the real job may finish now
     assert dup.err.strip().splitlines()[-1] == (
         f"npu-migrate launch: error: node rank 1 is already taken by the launcher on host {HOST}: "
         "give every node a different --node-rank in [0, 2)."

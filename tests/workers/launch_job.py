@@ -8,6 +8,7 @@ Then, on the rank named by --on-rank (all ranks when -1):
   --hang            sleep for a long time (all ranks), after starting a `sleep` grandchild
   --fail-first      raise on the first attempt only (TORCHELASTIC_RESTART_COUNT == 0)
   --sleep S         sleep S seconds before finishing (all ranks)
+  --wait-for FILE   wait (up to 60 s) until FILE exists before finishing (all ranks)
 Unknown arguments are recorded, not parsed, so pass-through can be checked.
 """
 
@@ -64,4 +65,8 @@ if "--hang" in sys.argv or (not me and ("--fail" in sys.argv or flag("--exit") o
     time.sleep(1000)  # the other ranks wait: only the launcher can end them
 if flag("--sleep"):
     time.sleep(float(flag("--sleep")))
+if flag("--wait-for"):
+    deadline = time.monotonic() + 60
+    while not os.path.exists(flag("--wait-for")) and time.monotonic() < deadline:
+        time.sleep(0.05)
 nm.destroy_distributed()
