@@ -153,7 +153,9 @@ def _target_device(index: int | None) -> torch.device:
     assert spec is not None
     if not spec.is_accelerator:
         return torch.device("cpu")
-    return torch.device(spec.name) if index is None else torch.device(spec.name, index)
+    # "cuda" with no index means the current device: name it, rather than leave the target's
+    # index-less device to whatever the backend resolves it to.
+    return torch.device(spec.name, _device.current_device_index() if index is None else index)
 
 
 def _map_device(value: Any) -> Any:
