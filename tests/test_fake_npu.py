@@ -63,3 +63,9 @@ def test_two_rank_job_runs_on_hccl_with_one_device_per_rank(tmp_path: Path) -> N
 def test_more_ranks_than_visible_devices_is_refused(tmp_path: Path) -> None:
     with pytest.raises(AssertionError, match=r"LOCAL_RANK=1 but this process sees only 1 npu device\(s\) \(ASCEND_RT_VISIBLE_DEVICES='3'\)\. Start at most 1 processes per node"):
         run_ranks(WORKERS / "rank_report.py", 2, tmp_path, FAKE_NPU, timeout=60, ASCEND_RT_VISIBLE_DEVICES="3")
+
+
+def test_smoke_job_trains_on_simulated_npus() -> None:
+    result = run_cli("smoke", "--nproc", "2", "--steps", "5", env=child_env(FAKE_NPU))
+    assert result.returncode == 0, result.stderr
+    assert "smoke: ok: 2 ranks on npu/hccl, held-out loss" in result.stdout

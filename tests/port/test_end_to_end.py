@@ -2,7 +2,7 @@
 
 The two scripts in scripts/ are CUDA-only as users write them. They are ported into tmp_path
 (the CLI, as a user runs it) and run without --migrate: the torchrun style with 2 ranks (torchrun's
-variables from conftest.run_ranks; the launcher will take over), the mp.spawn style by running the
+variables from the launcher, without --migrate), the mp.spawn style by running the
 script itself, as two "nodes" of one worker each (nm.device_count() is 1 on CPU).
 """
 
@@ -45,7 +45,13 @@ def _params(reports: list[dict]) -> list:
 
 
 def test_torchrun_style_script_runs_on_cpu_with_two_ranks(ported: Path, tmp_path: Path) -> None:
-    reports = run_ranks(ported / "cuda_torchrun.py", 2, tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-m", "npu_migrate.launch", "--device-num", "2", str(ported / "cuda_torchrun.py")],
+        env=child_env(OUT_DIR=str(tmp_path)), capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "2 process(es) on cpu with gloo" in result.stderr and "migrated" not in result.stderr  # no --migrate
+    reports = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert [r["rank"] for r in reports] == [0, 1]
     assert {r["device"] for r in reports} == {"cpu"}
     first, second = _params(reports)
