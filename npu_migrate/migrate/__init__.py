@@ -445,15 +445,19 @@ FACTORIES = (
 TENSOR_NEW = ("new_tensor", "new_zeros", "new_ones", "new_empty", "new_full", "new_empty_strided")
 
 
+def _remap_device_kwarg(kwargs: dict[str, Any], api: str) -> None:
+    dev = kwargs.get("device")
+    if dev is not None:
+        mapped = _map_device(dev)
+        if mapped is not dev:
+            kwargs["device"] = mapped
+            _record(api)
+
+
 def _device_kwarg(original: Callable[..., Any], api: str) -> Callable[..., Any]:
     def call(*args: Any, **kwargs: Any) -> Any:
         if kwargs:
-            dev = kwargs.get("device")
-            if dev is not None:
-                mapped = _map_device(dev)
-                if mapped is not dev:
-                    kwargs["device"] = mapped
-                    _record(api)
+            _remap_device_kwarg(kwargs, api)
         return original(*args, **kwargs)
 
     functools.update_wrapper(call, original)
@@ -470,12 +474,7 @@ def _to_wrapper(original: Callable[..., Any], api: str) -> Callable[..., Any]:
                     args = (mapped, *args[1:])
                     _record(api)
         if kwargs:
-            dev = kwargs.get("device")
-            if dev is not None:
-                mapped = _map_device(dev)
-                if mapped is not dev:
-                    kwargs["device"] = mapped
-                    _record(api)
+            _remap_device_kwarg(kwargs, api)
         return original(self, *args, **kwargs)
 
     functools.update_wrapper(to, original)
