@@ -1,0 +1,152 @@
+"""MNIST-shaped training throughput: examples/mnist.py against seed 000's pipeline, DDP against all_reduce, 2 ranks against 1.
+
+Usage::
+
+    python benchmarks/bench_mnist.py [--rounds 2] [--epochs 4]
+
+The data are scikit-learn's digits at 28x28 (examples/mnist.py's ``--dataset digits``: 1438
+training images), written once as MNIST's idx files in torchvision's layout in a temporary
+directory, so the example (``--dataset mnist --data-dir DIR``) and the baseline
+(benchmarks/mnist_seed000.py: torchvision's MNIST with per-sample PIL ``ToTensor``/``Normalize``
+and one loader worker, as seed 000 writes it) read the same files. Same model (seed 002's CNN),
+optimizer and batch size (32 per process).
+
+Every configuration runs through ``python -m npu_migrate.launch`` on CPU, the configurations
+alternate in each round, and a run's figure is the median samples/s (all ranks together) of its
+epochs after the first. Printed: the median over rounds of each configuration, and the ratios
+example/baseline (goal >= 2), DDP/all_reduce and 2 ranks/1 rank. Before that, the input
+pipelines alone (one process, no model) are timed the same alternating way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "mnist.py"
+BASELINE = Path(__file__).with_name("mnist_seed000.py")
+sys.path.insert(0, str(ROOT / "examples"))
+
+import common  # noqa: E402
+import mnist  # noqa: E402
+
+
+def write_idx(path: Path, array: np.ndarray) -> None:
+    """One file of MNIST's idx format: magic, sizes (big-endian int32), then uint8 data."""
+    path.write_bytes(struct.pack(f">{1 + array.ndim}i", 0x0800 + array.ndim, *array.shape) + array.tobytes())
+
+
+def write_digits_as_mnist(root: Path) -> int:
+    """The 28x28 digits as root/MNIST/raw/*-ubyte; returns the number of training images."""
+    raw = root / "MNIST" / "raw"
+    raw.mkdir(parents=True, exist_ok=True)
+    train, test = mnist.load_digits()
+    for prefix, data in (("train", train), ("t10k", test)):
+        images, labels = data.tensors
+        pixels = ((images * mnist.STD + mnist.MEAN) * 255).round().clamp(0, 255).squeeze(1)
+        write_idx(raw / f"{prefix}-images-idx3-ubyte", pixels.numpy().astype(np.uint8))
+        write_idx(raw / f"{prefix}-labels-idx1-ubyte", labels.numpy().astype(np.uint8))
+    return len(train)
+
+
+# --------------------------------------------------------------------------- pipelines alone
+
+
+def pipeline_rates(data_dir: Path, batch_size: int, rounds: int) -> dict[str, float]:
+    """Samples/s of iterating one epoch of each training loader, no model, one process."""
+    from torch.utils.data import DataLoader, DistributedSampler
+    from torchvision import datasets, transforms
+
+    transform = transforms.Compose([transforms.ToTensor(), transforms.Normalize((0.1307,), (0.3081,))])
+    seed_set = datasets.MNIST(str(data_dir), train=True, transform=transform)
+    seed_loader = DataLoader(seed_set, sampler=DistributedSampler(seed_set, num_replicas=1, rank=0),
+                             batch_size=batch_size, num_workers=1)
+    raw = datasets.MNIST(str(data_dir), train=True)
+    ours = mnist.mnist_tensors(raw.data, raw.targets)
+    our_loader = DataLoader(ours, sampler=DistributedSampler(ours, num_replicas=1, rank=0), batch_size=batch_size,
+                            collate_fn=common._whole_batch)
+    rates: dict[str, list[float]] = {"example": [], "seed 000": []}
+    for epoch in range(rounds + 1):
+        for name, loader in (("example", our_loader), ("seed 000", seed_loader)):
+            loader.sampler.set_epoch(epoch)
+            start = time.perf_counter()
+            seen = sum(len(target) for _, target in loader)
+            if epoch:  # the first pass warms up
+                rates[name].append(seen / (time.perf_counter() - start))
+    return {name: statistics.median(r) for name, r in rates.items()}
+
+
+# --------------------------------------------------------------------------- training runs
+
+
+def run(config: str, data_dir: Path, epochs: int, work: Path) -> float:
+    """One launcher run of a configuration; the median samples/s of its epochs after the first."""
+    out = work / f"{config}-{time.monotonic_ns()}.jsonl"
+    nproc = "1" if config == "example, 1 rank" else "2"
+    launch = [sys.executable, "-m", "npu_migrate.launch", "--device-num", nproc]
+    if config == "seed 000 baseline":
+        cmd = [*launch, str(BASELINE), "--data-dir", str(data_dir), "--epochs", str(epochs), "--out", str(out)]
+    else:
+        sync = "allreduce" if config == "example, all_reduce" else "ddp"
+        cmd = [*launch, str(EXAMPLE), "--dataset", "mnist", "--data-dir", str(data_dir), "--epochs", str(epochs),
+               "--grad-sync", sync, "--metrics", str(out)]
+    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo")
+    result = subprocess.run(cmd, env=env, cwd=work, capture_output=True, text=True, timeout=300)
+    if result.returncode != 0:
+        raise SystemExit(f"error: {config} failed ({result.returncode}):\n{result.stderr[-2000:]}")
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    return statistics.median(r["samples_per_sec"] for r in rows[1:])
+
+
+CONFIGS = ["example, DDP", "seed 000 baseline", "example, all_reduce", "example, 1 rank"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=2, help="Runs of each configuration (default: %(default)s).")
+    parser.add_argument("--epochs", type=int, default=4,
+                        help="Epochs per run; the first is not counted (default: %(default)s).")
+    args = parser.parse_args()
+    if args.epochs < 2:
+        parser.error(f"--epochs {args.epochs}: pass 2 or more (the first epoch is a warm-up).")
+
+    with tempfile.TemporaryDirectory(prefix="bench_mnist_") as tmp:
+        work = Path(tmp)
+        n_train = write_digits_as_mnist(work / "data")
+        print(f"data: {n_train} digits at 28x28 in torchvision's MNIST layout; batch 32 per process; "
+              f"{os.cpu_count()} CPU core(s); torch {torch.__version__}", flush=True)
+
+        pipes = pipeline_rates(work / "data", 32, rounds=3)
+        print(f"input pipeline alone, 1 process: example {pipes['example']:,.0f} samples/s, seed 000 "
+              f"{pipes['seed 000']:,.0f} samples/s, ratio {pipes['example'] / pipes['seed 000']:.1f}x", flush=True)
+
+        figures: dict[str, list[float]] = {c: [] for c in CONFIGS}
+        for round_ in range(args.rounds):
+            order = CONFIGS if round_ % 2 == 0 else CONFIGS[::-1]
+            for config in order:
+                figures[config].append(run(config, work / "data", args.epochs, work))
+                print(f"  round {round_ + 1}: {config:<20} {figures[config][-1]:8,.0f} samples/s", flush=True)
+
+    med = {c: statistics.median(v) for c, v in figures.items()}
+    print("\ntraining throughput, CPU, median over rounds (samples/s, all ranks together):")
+    for config in CONFIGS:
+        print(f"  {config:<20} {med[config]:8,.0f}")
+    print(f"example / seed 000 baseline (2 ranks): {med['example, DDP'] / med['seed 000 baseline']:.2f}x (goal >= 2)")
+    print(f"DDP / manual all_reduce (2 ranks):     {med['example, DDP'] / med['example, all_reduce']:.2f}x")
+    print(f"2 ranks / 1 rank (example, DDP):       {med['example, DDP'] / med['example, 1 rank']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
