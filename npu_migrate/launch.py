@@ -712,19 +712,32 @@ def _start_fork_server() -> str:
 
 
 def _stop_fork_server() -> None:
-    """End the fork server at once when nothing will be launched.
+    """End the fork server at once: nothing more will be launched from it.
 
-    It holds this process's stdout and stderr while it imports torch; a caller reading them
-    (a pipe, `| tee`, a test) would otherwise wait seconds for a refusal.
+    It holds this process's stdout and stderr (while it imports torch, or winds down); a caller
+    reading them (a pipe, `| tee`, a test) would otherwise wait seconds for it.
     """
     from multiprocessing import forkserver
 
-    pid = getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)
+    server = getattr(forkserver, "_forkserver", None)
+    pid = getattr(server, "_forkserver_pid", None)
     if pid:
         try:
             os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
         except OSError:
             pass
+        # Let multiprocessing start a fresh one if this process launches again.
+        for attr, value in (("_forkserver_pid", None), ("_forkserver_address", None)):
+            if hasattr(server, attr):
+                setattr(server, attr, value)
+        alive = getattr(server, "_forkserver_alive_fd", None)
+        if alive is not None:
+            try:
+                os.close(alive)
+            except OSError:
+                pass
+            server._forkserver_alive_fd = None
 
 
 class _Job:
@@ -904,7 +917,14 @@ class _Job:
 
 
 def _run(cfg: LaunchConfig, target: Target, start_method: str) -> int:
-    return _Job(cfg, target, start_method).run()
+    try:
+        return _Job(cfg, target, start_method).run()
+    finally:
+        # Every worker has been reaped. The fork server would otherwise hold our stdout and stderr
+        # while its own interpreter winds down (a second or more with torch loaded), and a
+        # reader of our output (`| tee`, a CI log) would wait for it. Another launch in this
+        # process starts a new one.
+        _stop_fork_server()
 
 
 def spawn(
@@ -1063,4 +1083,9 @@ if __name__ == "__main__":
     # a function of __main__.
     from npu_migrate.launch import main as _main
 
-    raise SystemExit(_main())
+    _code = _main()
+    # The job is over and every worker reaped. Tearing down an interpreter that holds torch takes
+    # about a second; nothing in it is left to finalize, so flush and leave.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(_code)
