@@ -23,7 +23,9 @@ import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from npu_migrate.port import rules as _rules
-from npu_migrate.port.rules import DEFERRED, NM_ALIAS, NM_IMPORT, TARGETS, TORCH_HELPERS, TORCH_IMPORT, Hit, Rule
+from npu_migrate.port.rules import (
+    DEFERRED, NM_ALIAS, NM_IMPORT, TARGETS, TORCH_HELPERS, TORCH_IMPORT, Hit, Rule, _dotted,
+)
 
 
 @dataclass(frozen=True)
@@ -57,16 +59,6 @@ def _snippet(node: cst.CSTNode, limit: int = 100) -> str:
     text = " ".join(cst.Module(body=[]).code_for_node(node).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
-
-def _dotted(node: cst.BaseExpression) -> Optional[str]:
-    parts = []
-    while isinstance(node, cst.Attribute):
-        parts.append(node.attr.value)
-        node = node.value
-    if not isinstance(node, cst.Name):
-        return None
-    parts.append(node.value)
-    return ".".join(reversed(parts))
 
 
 class _Fill(cst.CSTTransformer):
@@ -157,14 +149,11 @@ class Context:
 
     def qualname(self, node: cst.CSTNode) -> Optional[str]:
         """The dotted name ``node`` refers to, through import aliases (``nn.X`` -> ``torch.nn.X``)."""
-        parts = []
-        while isinstance(node, cst.Attribute):
-            parts.append(node.attr.value)
-            node = node.value
-        if not isinstance(node, cst.Name):
+        name = _dotted(node)  # type: ignore[arg-type]
+        if name is None:
             return None
-        parts.append(self.aliases.get(node.value, node.value))
-        return ".".join(reversed(parts))
+        head, dot, rest = name.partition(".")
+        return self.aliases.get(head, head) + dot + rest
 
     def parent_qualname_startswith(self, prefix: str) -> bool:
         """Whether the parent is a longer dotted name that also starts with ``prefix``."""
