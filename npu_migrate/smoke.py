@@ -13,30 +13,23 @@ rank ends with the same parameters and a lower held-out loss; the command prints
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
-import re
-import socket
+import tempfile
 from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from npu_migrate import device as _device
 from npu_migrate.distributed import destroy_distributed, init_distributed
 from npu_migrate.errors import NpuMigrateError
+from npu_migrate.launch import spawn
 from npu_migrate.log import setup_logging
 
 logger = logging.getLogger(__name__)
-
-
-def find_free_port(host: str = "127.0.0.1") -> int:
-    """Return a TCP port that was free on ``host`` a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 def train(steps: int, seed: int) -> dict[str, Any]:
@@ -81,28 +74,15 @@ def train(steps: int, seed: int) -> dict[str, Any]:
     }
 
 
-def _worker(local_rank: int, nproc: int, port: int, steps: int, seed: int, results: Any) -> None:
-    os.environ.update(
-        RANK=str(local_rank), LOCAL_RANK=str(local_rank), WORLD_SIZE=str(nproc),
-        LOCAL_WORLD_SIZE=str(nproc), GROUP_RANK="0", NODE_RANK="0",
-        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-    )
+def _worker(local_rank: int, steps: int, seed: int, result_path: str) -> None:
     setup_logging(logging.WARNING)
     try:
         result = train(steps, seed)
     finally:
         destroy_distributed()
     if local_rank == 0:
-        results.put(result)
-
-
-def _last_error(text: str) -> str:
-    """Return the ``SomeError: message`` line of a traceback printed by a worker."""
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    for line in reversed(lines):
-        if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b", line):
-            return line.strip()
-    return lines[-1].strip() if lines else "no error text"
+        with open(result_path, "w", encoding="utf-8") as fh:
+            json.dump(result, fh)
 
 
 def build_parser(subparsers: Any = None) -> argparse.ArgumentParser:
@@ -125,7 +105,6 @@ def build_parser(subparsers: Any = None) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     """Validate the request, then spawn the workers."""
     spec = _device.device_spec(args.device)
-    os.environ[_device.ENV_DEVICE] = spec.name  # workers inherit the choice
     if args.nproc < 1:
         raise NpuMigrateError(f"--nproc {args.nproc} is not positive: expected at least 1 process.")
     if args.steps < 1:
@@ -136,14 +115,13 @@ def run(args: argparse.Namespace) -> int:
             f"--nproc {args.nproc} is more than the {count} {spec.name} device(s) visible here. "
             f"Use --nproc {count} or fewer."
         )
-    results = mp.get_context("spawn").SimpleQueue()
-    try:
-        mp.spawn(_worker, args=(args.nproc, find_free_port(), args.steps, args.seed, results), nprocs=args.nproc)
-    except mp.ProcessExitedException as exc:
-        raise NpuMigrateError(f"smoke job failed: rank {exc.error_index} exited with code {exc.exit_code}.") from exc
-    except mp.ProcessRaisedException as exc:
-        raise NpuMigrateError(f"smoke job failed on rank {exc.error_index}: {_last_error(str(exc))}") from exc
-    r = results.get()
+    with tempfile.TemporaryDirectory(prefix="npu_migrate_smoke_") as tmp:
+        result_path = os.path.join(tmp, "rank0.json")
+        # The launcher's function target: torchrun's variables, a free port, and a job that
+        # ends whole, naming the rank, if one fails.
+        spawn(_worker, args=(args.steps, args.seed, result_path), nproc=args.nproc, device=spec.name)
+        with open(result_path, encoding="utf-8") as fh:
+            r = json.load(fh)
     summary = (
         f"{r['world_size']} ranks on {r['device_type']}/{r['backend']}, held-out loss "
         f"{r['loss_before']:.4f} -> {r['loss_after']:.4f}"
