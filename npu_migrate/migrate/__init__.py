@@ -612,7 +612,6 @@ def _install_distributed() -> None:
     _patch(DDP, "__init__", ddp)
 
     sync_forward = torch.nn.SyncBatchNorm.forward
-    convert = torch.nn.SyncBatchNorm.convert_sync_batchnorm
     batchnorm_forward = torch.nn.modules.batchnorm._BatchNorm.forward
 
     if _on_cpu():
@@ -629,7 +628,6 @@ def _install_distributed() -> None:
             return module
 
         _patch(torch.nn.SyncBatchNorm, "convert_sync_batchnorm", staticmethod(convert_sync_batchnorm))
-    del convert
 
 
 def _install_data_and_amp() -> None:
