@@ -65,6 +65,7 @@ _EXPORTS = {
     "DistributedConfigError": "npu_migrate.errors",
     "NpuMigrateError": "npu_migrate.errors",
     "UnknownDeviceError": "npu_migrate.errors",
+    "UsageError": "npu_migrate.errors",
 }
 
 
@@ -127,6 +128,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         DistributedConfigError,
         NpuMigrateError,
         UnknownDeviceError,
+        UsageError,
     )
 
 __all__ = [
@@ -143,6 +145,7 @@ __all__ = [
     "Selection",
     "Stream",
     "UnknownDeviceError",
+    "UsageError",
     "__version__",
     "accelerator_available",
     "autocast",

@@ -1,53 +1,141 @@
-"""The ``npu-migrate`` command and ``python -m npu_migrate``.
+"""The ``npu-migrate`` command and ``python -m npu_migrate``: the table of sub-commands, loaded lazily.
 
 Usage::
 
     npu-migrate env [--json]
     npu-migrate smoke [--nproc N]
+    npu-migrate launch --device-num 8 train.py
+    npu-migrate run train.py
+    npu-migrate port SRC --out DIR
+    npu-migrate check SRC
 
-Each sub-command lives in its own module with ``build_parser(subparsers)`` and ``run(args)``.
-Errors meant for the user (:class:`npu_migrate.errors.NpuMigrateError`) are printed as one line
-without a traceback; argparse usage errors exit 2.
+Each sub-command lives in its own module with ``build_parser(subparsers)`` and ``run(args)``. Only
+the module of the command being run is imported, so ``--help``, ``--version``, ``port`` and
+``check`` never import torch, and ``launch`` starts its fork server before torch is imported.
+
+Exit codes: 0 success, 1 failure, 2 usage error (argparse's, and every
+:class:`npu_migrate.errors.UsageError`), 130/143 when interrupted, 141 when the reader of the
+output went away (``| head``). Errors meant for the user are one line without a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
+import importlib
 import logging
+import os
 import sys
+from dataclasses import dataclass
 
-from npu_migrate import __version__, env, launch, smoke
-from npu_migrate.migrate import cli as run_cli
-from npu_migrate.port import cli as port_cli
-from npu_migrate.errors import NpuMigrateError, UnknownDeviceError
-from npu_migrate.log import setup_logging
-
-_COMMANDS = (env, launch, run_cli, smoke, port_cli)
+from npu_migrate import __version__
+from npu_migrate.argparsing import OneLineParser
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Return the root parser with every sub-command."""
-    parser = argparse.ArgumentParser(
+@dataclass(frozen=True)
+class Command:
+    """One sub-command: its name, the module that builds and runs it, and its one-line help.
+
+    Attributes:
+        name: what the user types.
+        module: imported only when this command runs (or to show its own ``--help``).
+        help: shown by ``npu-migrate --help`` without importing ``module``.
+        needs_torch: the command imports torch; torch's device-extension autoload is checked
+            (and turned off for ``--device cpu``/``cuda``) before it does.
+    """
+
+    name: str
+    module: str
+    help: str
+    needs_torch: bool = True
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command("env", "npu_migrate.env", "Show the device family, backend, versions and settings this machine offers."),
+    Command("smoke", "npu_migrate.smoke", "Run a tiny DDP job on this node to check devices, backend and collectives."),
+    Command("launch", "npu_migrate.launch", "Run a training script on every device of this node (torchrun's job)."),
+    Command("run", "npu_migrate.migrate.cli", "Run an unmodified CUDA script with its CUDA calls sent to this machine's devices."),
+    Command("port", "npu_migrate.port.cli", "Rewrite CUDA-only (or NPU-only) source into device-neutral source.", False),
+    Command("check", "npu_migrate.port.cli", "List what needs porting as path:line:col NMxxx message; exit 1 if anything does.", False),
+)
+_BY_NAME = {c.name: c for c in COMMANDS}
+
+
+def _command_in(argv: list[str]) -> Command | None:
+    """The sub-command named in ``argv``: the first word that is not a root option."""
+    for word in argv:
+        if word == "--":
+            return None
+        if not word.startswith("-"):
+            return _BY_NAME.get(word)
+    return None
+
+
+def build_parser(command: Command | None = None) -> argparse.ArgumentParser:
+    """Return the root parser; only ``command``'s module is imported to add its arguments.
+
+    Args:
+        command: the sub-command that will run. The others get a placeholder with their help
+            line, enough for ``npu-migrate --help`` and for argparse's "invalid choice" error.
+    """
+    parser = OneLineParser(
         prog="npu-migrate",
         description="Move PyTorch distributed training between NVIDIA GPUs, Ascend NPUs and CPUs.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    parser.add_argument("-v", "--verbose", action="store_true", help="Log debug messages.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="Log npu_migrate's debug messages.")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in _COMMANDS:
-        module.build_parser(subparsers)
+    loaded: set[str] = set()
+    for cmd in COMMANDS:
+        if command is not None and cmd.module == command.module:
+            if cmd.module not in loaded:  # one module may add several commands (port, check)
+                importlib.import_module(cmd.module).build_parser(subparsers)
+                loaded.add(cmd.module)
+        else:
+            subparsers.add_parser(cmd.name, help=cmd.help, add_help=False)
     return parser
+
+
+def _closed_pipe() -> int:
+    """The reader of our output went away (``| head``): end quietly, as a SIGPIPE would."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 141
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code."""
-    args = build_parser().parse_args(argv)
-    setup_logging(logging.DEBUG if args.verbose else logging.WARNING)
+    from npu_migrate import autoload
+    from npu_migrate.errors import NpuMigrateError, exit_code
+    from npu_migrate.log import setup_logging
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = _command_in(argv)
     try:
+        args = build_parser(command).parse_args(argv)
+        setup_logging(logging.DEBUG if args.verbose else logging.WARNING, names=("npu_migrate",))
+        if command is not None and command.needs_torch:
+            autoload.disable_unless_needed(getattr(args, "device", None))
+            autoload.check_versions()
         return int(args.func(args) or 0)
     except NpuMigrateError as exc:
         print(f"npu-migrate: error: {exc}", file=sys.stderr)
-        return 2 if isinstance(exc, UnknownDeviceError) else 1
+        return exit_code(exc)
     except KeyboardInterrupt:
         print("npu-migrate: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        return _closed_pipe()
+    except OSError as exc:
+        if exc.errno == errno.EPIPE:
+            return _closed_pipe()
+        raise
+    except RuntimeError as exc:
+        line = autoload.explain(exc)
+        if line is None:
+            raise
+        print(f"npu-migrate: error: {line}", file=sys.stderr)
+        return 1

@@ -28,70 +28,33 @@ import os
 import platform
 import random
 import re
+import sys
 import time
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-import torch
-
+from npu_migrate import autoload
 from npu_migrate.errors import DeviceUnavailableError, UnknownDeviceError
+from npu_migrate.registry import DEVICES, DeviceSpec
+
+if "torch" not in sys.modules:
+    autoload.check_versions()  # torch >= 2.5 would import a mismatched torch_npu, which can abort
+try:
+    import torch
+except RuntimeError as _exc:  # torch's autoload of a broken torch_npu: no retry is possible
+    _line = autoload.explain(_exc)
+    if _line is None:
+        raise
+    raise DeviceUnavailableError(_line) from _exc
 
 logger = logging.getLogger(__name__)
 
-ENV_DEVICE = "NPU_MIGRATE_DEVICE"
-"""Environment variable that forces a device family (``npu``, ``cuda``, ``cpu`` or ``auto``)."""
+from npu_migrate.registry import ENV_DEVICE  # noqa: E402 - re-exported
 
 CANN_SET_ENV = "/usr/local/Ascend/ascend-toolkit/set_env.sh"
 
-
-@dataclass(frozen=True)
-class DeviceSpec:
-    """How one device family maps onto torch and torch.distributed.
-
-    Attributes:
-        name: torch's device type string.
-        backend: torch.distributed backend used when torch cannot tell us (torch < 2.6).
-        extension: module that adds the device to torch and must be imported first.
-        pip_name: distribution that provides ``extension``.
-        visible_devices_env: variable that masks the devices a process sees.
-        alloc_conf_env: variable that configures the caching allocator.
-        env_prefixes: prefixes of the variables that configure this family's stack,
-            shown by ``npu-migrate env``.
-        amp_dtype: default dtype for :func:`autocast`.
-    """
-
-    name: str
-    backend: str
-    extension: str | None = None
-    pip_name: str | None = None
-    visible_devices_env: str | None = None
-    alloc_conf_env: str | None = None
-    env_prefixes: tuple[str, ...] = ()
-    amp_dtype: torch.dtype = field(default=torch.float16)
-
-    @property
-    def is_accelerator(self) -> bool:
-        """True for every family but the host CPU."""
-        return self.name != "cpu"
-
-
-# Dict order is detection order. NPU comes before CUDA: torch_npu's transfer_to_npu makes
-# torch.cuda report NPUs (huggingface/accelerate#3020), so asking CUDA first would pick the
-# wrong family on an Ascend host.
-DEVICES: dict[str, DeviceSpec] = {
-    "npu": DeviceSpec(
-        "npu", "hccl", "torch_npu", "torch-npu", "ASCEND_RT_VISIBLE_DEVICES",
-        "PYTORCH_NPU_ALLOC_CONF", ("ASCEND_", "HCCL_", "CANN_"), torch.float16,
-    ),
-    "cuda": DeviceSpec(
-        "cuda", "nccl", None, None, "CUDA_VISIBLE_DEVICES",
-        "PYTORCH_CUDA_ALLOC_CONF", ("CUDA_", "NCCL_"), torch.float16,
-    ),
-    # CPU autocast supports bfloat16 on every torch we support; float16 came later (2.4).
-    "cpu": DeviceSpec("cpu", "gloo", env_prefixes=("GLOO_",), amp_dtype=torch.bfloat16),
-}
 
 SOURCES = ("argument", ENV_DEVICE, "detected")
 
@@ -211,7 +174,8 @@ def _torch_release() -> str:
 
 
 def _release_tuple(version: str) -> tuple[int, ...]:
-    match = re.match(r"(\d+)\.(\d+)\.(\d+)", version)
+    """``2.1.2+cpu`` -> ``(2, 1)``: torch_npu follows torch's minor releases; patches keep the ABI."""
+    match = re.match(r"(\d+)\.(\d+)", version)
     return tuple(int(p) for p in match.groups()) if match else ()
 
 
@@ -228,7 +192,7 @@ def _mismatch(spec: DeviceSpec, ext_version: str) -> str | None:
     return (
         f"{spec.extension} {ext_version} is built for torch {'.'.join(map(str, have))} but torch "
         f"{torch.__version__} is installed. Install matching releases: {_install_hint(spec)} "
-        f'or pip install "torch=={".".join(map(str, have))}".'
+        f'or pip install "torch=={".".join(map(str, have))}.*".'
     )
 
 

@@ -21,17 +21,15 @@ import platform
 import sys
 from typing import Any
 
-import torch
-
 from npu_migrate import __version__
-from npu_migrate import device as _device
+from npu_migrate.registry import DEVICES, FAMILY_CHOICES
 
 # Variables of torchrun and npu_migrate that matter to every family.
 _JOB_VARS = (
     "MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
-    "GROUP_RANK", "NODE_RANK", "OMP_NUM_THREADS", "PYTORCH_CUDA_ALLOC_CONF",
+    "GROUP_RANK", "NODE_RANK", "OMP_NUM_THREADS", "PYTORCH_CUDA_ALLOC_CONF", "TORCH_DEVICE_BACKEND_AUTOLOAD",
 )
-_ENV_PREFIXES = ("NPU_MIGRATE_",) + tuple(p for s in _device.DEVICES.values() for p in s.env_prefixes)
+_ENV_PREFIXES = ("NPU_MIGRATE_",) + tuple(p for s in DEVICES.values() for p in s.env_prefixes)
 
 # Where CANN writes its version; ASCEND_TOOLKIT_HOME is set by set_env.sh.
 _CANN_INFO_GLOBS = ("*/ascend_toolkit_install.info", "ascend_toolkit_install.info")
@@ -68,6 +66,10 @@ def _relevant_env() -> dict[str, str]:
 
 
 def _warnings(spec: _device.DeviceSpec, selection: _device.Selection, variables: dict[str, str]) -> list[str]:
+    import torch
+
+    from npu_migrate import device as _device
+
     warnings = list(selection.skipped)
     others = [s for s in _device.DEVICES.values() if s.name != spec.name and s.is_accelerator]
     if spec.is_accelerator:
@@ -102,6 +104,10 @@ def collect(device: str | None = None) -> dict[str, Any]:
     Raises:
         UnknownDeviceError, DeviceUnavailableError: as :func:`npu_migrate.device.resolve_device`.
     """
+    import torch
+
+    from npu_migrate import device as _device
+
     selection = _device.resolve_device(device)
     spec = selection.spec
     if selection.source == "argument":
@@ -156,8 +162,8 @@ def build_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     else:
         parser = subparsers.add_parser("env", help="Show what npu_migrate sees on this machine.", **kwargs)
     parser.add_argument(
-        "--device", default=None,
-        help="Force a family (npu, cuda, cpu or auto) instead of NPU_MIGRATE_DEVICE or detection.",
+        "--device", default=None, choices=FAMILY_CHOICES,
+        help="Force a device family instead of NPU_MIGRATE_DEVICE or detection (auto detects).",
     )
     parser.add_argument("--json", action="store_true", help="Print one JSON object instead of text.")
     parser.set_defaults(func=run)

@@ -8,10 +8,18 @@ from __future__ import annotations
 
 
 class NpuMigrateError(Exception):
-    """Base class for errors that are shown to the user as one line."""
+    """Base class for errors that are shown to the user as one line (exit code 1)."""
+
+    exit_code = 1
 
 
-class UnknownDeviceError(NpuMigrateError, ValueError):
+class UsageError(NpuMigrateError, ValueError):
+    """The command line or its values are wrong; nothing was started (exit code 2, as argparse)."""
+
+    exit_code = 2
+
+
+class UnknownDeviceError(UsageError):
     """A device name that is not a family in :data:`npu_migrate.device.DEVICES`."""
 
 
@@ -21,3 +29,8 @@ class DeviceUnavailableError(NpuMigrateError, RuntimeError):
 
 class DistributedConfigError(NpuMigrateError, ValueError):
     """The torchrun-style environment of a process is missing or inconsistent."""
+
+
+def exit_code(exc: BaseException) -> int:
+    """The process exit code for ``exc``: 2 for usage errors, 1 for every other failure."""
+    return int(getattr(exc, "exit_code", 1))

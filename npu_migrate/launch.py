@@ -7,7 +7,7 @@ Usage::
     python -m npu_migrate.launch --device-num 8 --nnodes 2 --node-rank 0 --addr 10.0.0.1 train.py
     python -m npu_migrate.launch --dry-run --device-num 2 train.py     # print the world, start nothing
 
-    # seed 003's pattern, a function target: fn(local_rank, *args) on every device of this node
+    # a function target, as scripts that call mp.spawn themselves do: fn(local_rank, *args) on every device
     from npu_migrate.launch import spawn
     spawn(train, args=(opt,), nproc=8, nnodes=opt.world_size, node_rank=opt.rank, addr=opt.addr)
 
@@ -54,7 +54,10 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Callable, Sequence
 
-from npu_migrate.errors import NpuMigrateError
+from npu_migrate import autoload
+from npu_migrate.argparsing import OneLineParser
+from npu_migrate.errors import NpuMigrateError, UsageError, exit_code
+from npu_migrate.registry import FAMILY_CHOICES
 
 DEFAULT_PORT = 29500
 """MASTER_PORT when several nodes are launched and no --port is given (torchrun's default)."""
@@ -68,8 +71,10 @@ STOP_GRACE_S = 5.0
 _POLL_S = 0.05
 _CONTROL_POLL_S = 0.5
 _ERROR_TAIL_LINES = 12
-# Imported once by the fork server; every worker forked from it starts with them loaded.
-_PRELOAD = ["torch", "torch.distributed", "npu_migrate.device", "npu_migrate.distributed", "npu_migrate.launch"]
+# Imported once by the fork server; every worker forked from it starts with torch loaded. The
+# module imports torch quietly: if torch cannot be imported (a broken torch_npu auto-loaded), the
+# launcher's own import says so in one line, and nothing is forked.
+_PRELOAD = ["npu_migrate._preload"]
 _PR_SET_PDEATHSIG = 1
 
 # Workers forked from the fork server re-run this module as __mp_main__ (multiprocessing's way of
@@ -78,7 +83,11 @@ warnings.filterwarnings("ignore", message=r"'npu_migrate\.launch' found in sys\.
 
 
 class LaunchError(NpuMigrateError):
-    """Bad launcher input or set-up: nothing was started."""
+    """The launcher could not start or keep the job (exit code 1)."""
+
+
+class LaunchUsageError(LaunchError, UsageError):
+    """Bad launcher input: nothing was started (exit code 2)."""
 
 
 class JobFailed(NpuMigrateError):
@@ -259,7 +268,7 @@ def _plain_settings(
     try:
         found, source = _cluster_defaults(environ)
     except ValueError as exc:
-        raise LaunchError(f"could not read the cluster environment: {exc}. Pass --nnodes, --node-rank and --addr.") from None
+        raise LaunchUsageError(f"could not read the cluster environment: {exc}. Pass --nnodes, --node-rank and --addr.") from None
     from_env = [k for k in found if given.get(k) is None]
     values = {k: (v if v is not None else found.get(k)) for k, v in given.items()}
     sources = ", ".join(
@@ -273,20 +282,20 @@ def _plain_settings(
     addr = "127.0.0.1" if values["addr"] is None else str(values["addr"])
 
     if nnodes < 1:
-        raise LaunchError(f"--nnodes {nnodes} is not positive: expected the number of nodes, 1 or more.")
+        raise LaunchUsageError(f"--nnodes {nnodes} is not positive: expected the number of nodes, 1 or more.")
     if not 0 <= node_rank < nnodes:
-        raise LaunchError(
+        raise LaunchUsageError(
             f"--node-rank {node_rank} is outside [0, {nnodes}) for --nnodes {nnodes}: "
             "give each node a different rank from 0 to nnodes-1."
         )
     if nproc is not None and nproc < 1:
-        raise LaunchError(f"--device-num {nproc} is not positive: expected 1 or more processes per node.")
+        raise LaunchUsageError(f"--device-num {nproc} is not positive: expected 1 or more processes per node.")
     if max_restarts < 0:
-        raise LaunchError(f"--max-restarts {max_restarts} is negative: expected 0 or more.")
+        raise LaunchUsageError(f"--max-restarts {max_restarts} is negative: expected 0 or more.")
     try:
         socket.getaddrinfo(addr, None)
     except (socket.gaierror, UnicodeError) as exc:
-        raise LaunchError(
+        raise LaunchUsageError(
             f"--addr {addr!r} does not resolve ({exc.args[-1] if exc.args else exc}). Pass node 0's IP "
             "address or a host name every node can resolve."
         ) from None
@@ -296,7 +305,7 @@ def _plain_settings(
         port = int(values["port"])
         last = 65535 - (CONTROL_PORT_OFFSET if nnodes > 1 else 0)
         if not 1 <= port <= last:
-            raise LaunchError(f"--port {port} is outside 1-{last}: pick a free TCP port.")
+            raise LaunchUsageError(f"--port {port} is outside 1-{last}: pick a free TCP port.")
         if node_rank == 0:
             wanted = [port] if nnodes == 1 else [port, port + CONTROL_PORT_OFFSET]
             busy = [p for p in wanted if not _port_is_free(p)]
@@ -347,7 +356,7 @@ def make_config(
     if spec.is_accelerator and nproc > count:
         mask = environ.get(spec.visible_devices_env or "")
         seen = f" ({spec.visible_devices_env}={mask!r})" if mask is not None else ""
-        raise LaunchError(
+        raise LaunchUsageError(
             f"--device-num {nproc} is more than the {count} {spec.name} device(s) visible here{seen}. "
             f"Use --device-num {count} or fewer."
         )
@@ -747,6 +756,7 @@ class _Job:
         self.start_method = start_method
         self.signals = _Signals()
         self.control: _Control | None = None
+        self._context: Any = None
         self.error_dir = tempfile.mkdtemp(prefix="npu_migrate_launch_")
 
     # -- process handling
@@ -756,14 +766,18 @@ class _Job:
 
         for name in os.listdir(self.error_dir):
             os.unlink(os.path.join(self.error_dir, name))
-        context = mp.start_processes(
+        # Keep the context for the whole attempt. On torch < 2.2 it holds one SimpleQueue per
+        # worker, whose semaphore a forked worker opens by name while unpickling its arguments;
+        # dropping the context unlinks them first, and the worker dies in SemLock.__setstate__
+        # with FileNotFoundError.
+        self._context = mp.start_processes(
             _worker,
             args=(self.cfg, self.target, attempt, os.getpid(), self.error_dir),
             nprocs=self.cfg.nproc,
             join=False,
             start_method=self.start_method,
         )
-        return list(context.processes)
+        return list(self._context.processes)
 
     def _stop(self, procs: list[Any], sig: int = signal.SIGTERM) -> None:
         """Signal every live worker's group, then SIGKILL what is left after the grace period."""
@@ -941,7 +955,7 @@ def spawn(
     max_restarts: int = 0,
     join_timeout: float = 600.0,
 ) -> None:
-    """Run ``fn(local_rank, *args)`` in one process per device of this node, as seed 003 does.
+    """Run ``fn(local_rank, *args)`` in one process per device of this node, as ``mp.spawn`` would.
 
     Every process gets torchrun's variables for its global rank (node rank x nproc + local rank),
     so ``fn`` can call :func:`npu_migrate.init_distributed`. ``fn`` must be importable by name
@@ -967,20 +981,13 @@ def spawn(
 # --------------------------------------------------------------------------- command line
 
 
-class _OneLineParser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line (what was wrong and where to look)."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The launcher's flags; shared by ``python -m npu_migrate.launch`` and ``npu-migrate launch``."""
     parser.add_argument("--device-num", "--device_num", "--nproc-per-node", "--nproc_per_node", dest="nproc",
                         type=int, default=None,
                         help="Processes on this node, one per device (default: the devices of the family; 1 on CPU).")
     parser.add_argument("--nnodes", "--world-size", "--world_size", dest="nnodes", type=int, default=None,
-                        help="Number of nodes (seed 003 calls it --world-size) (default: 1, or from Slurm/Kubeflow).")
+                        help="Number of nodes; --world-size is accepted for scripts that call it that (default: 1, or from Slurm/Kubeflow).")
     parser.add_argument("--node-rank", "--node_rank", dest="node_rank", type=int, default=None,
                         help="Index of this node in [0, nnodes) (default: 0, or from Slurm/Kubeflow).")
     parser.add_argument("--addr", "--master-addr", "--master_addr", dest="addr", default=None,
@@ -988,8 +995,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", "--master-port", "--master_port", dest="port", type=int, default=None,
                         help=f"MASTER_PORT (default: a free port on one node, {DEFAULT_PORT} on several; "
                              f"multi-node launchers also use port + {CONTROL_PORT_OFFSET}).")
-    parser.add_argument("--device", default=None,
-                        help="Device family: auto, npu, cuda or cpu (default: NPU_MIGRATE_DEVICE, else detected).")
+    parser.add_argument("--device", default=None, choices=FAMILY_CHOICES,
+                        help="Device family (default: NPU_MIGRATE_DEVICE, else detected; auto detects).")
     parser.add_argument("--log-dir", "--log_dir", dest="log_dir", default=None,
                         help="Write each rank's output to DIR/rank{N}.log instead of the console.")
     parser.add_argument("--max-restarts", "--max_restarts", dest="max_restarts", type=int, default=0,
@@ -1013,7 +1020,7 @@ def build_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     """Add ``launch`` to ``subparsers`` (or make the stand-alone parser)."""
     description = "Start one process per device on this node; all of them end when one fails."
     if subparsers is None:
-        parser = _OneLineParser(prog="python -m npu_migrate.launch", description=description)
+        parser = OneLineParser(prog="python -m npu_migrate.launch", description=description)
     else:
         parser = subparsers.add_parser("launch", help="Run a training script on every device.",
                                        description=description)
@@ -1026,14 +1033,14 @@ def run(args: argparse.Namespace) -> int:
     """Validate, then launch (or print the world with --dry-run)."""
     if args.module:
         if importlib.util.find_spec(args.script.split(".")[0]) is None:
-            raise LaunchError(f"module {args.script!r} not found: check the name and that it is importable from here.")
+            raise LaunchUsageError(f"module {args.script!r} not found: check the name and that it is importable from here.")
         target = Target(module=args.script, args=tuple(args.script_args))
     else:
         if not os.path.isfile(args.script):
-            raise LaunchError(f"script {args.script!r} not found (working directory {os.getcwd()}).")
+            raise LaunchUsageError(f"script {args.script!r} not found (working directory {os.getcwd()}).")
         target = Target(script=args.script, args=tuple(args.script_args))
     if args.migrate_report and not args.migrate:
-        raise LaunchError("--migrate-report needs --migrate: it reports what runtime migration redirected.")
+        raise LaunchUsageError("--migrate-report needs --migrate: it reports what runtime migration redirected.")
     report_dir = None
     if args.migrate and not args.dry_run:
         # Before the fork server starts: it imports torch, and the migration must be armed there.
@@ -1069,13 +1076,25 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m npu_migrate.launch``."""
+    """``python -m npu_migrate.launch``: the same job and exit codes as ``npu-migrate launch``."""
     args = build_parser().parse_args(argv)
     try:
+        autoload.disable_unless_needed(args.device)
+        autoload.check_versions()
         return run(args)
     except NpuMigrateError as exc:
         _say(f"error: {exc}")
-        return 2 if type(exc).__name__ == "UnknownDeviceError" else 1
+        return exit_code(exc)
+    except BrokenPipeError:  # `--dry-run | head`: the reader left
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except RuntimeError as exc:
+        line = autoload.explain(exc)
+        if line is None:
+            raise
+        _stop_fork_server()
+        _say(f"error: {line}")
+        return 1
 
 
 if __name__ == "__main__":

@@ -55,17 +55,26 @@ class RankFilter(logging.Filter):
         return True
 
 
-def setup_logging(level: int | str = logging.INFO, stream=None) -> None:
-    """Send ``npu_migrate`` and ``__main__`` records to ``stream`` with the rank prefix.
+def setup_logging(
+    level: int | str = logging.INFO, stream=None, names: tuple[str, ...] = ("npu_migrate", "__main__")
+) -> None:
+    """Send the records of the loggers ``names`` to ``stream`` with the rank prefix.
 
-    Call it once from an entry point (the CLI, an example's ``main``); library code
-    only creates loggers. Calling it again replaces the handler instead of adding one.
+    Call it once from an entry point (an example's ``main``); library code only creates
+    loggers. Calling it again replaces the handler instead of adding one. The ``npu-migrate``
+    command passes ``names=("npu_migrate",)``: the script it runs owns ``__main__`` and the
+    root logger, so its own ``logging.basicConfig`` keeps working.
+
+    Args:
+        level: the level of those loggers.
+        stream: where records go (default: stderr).
+        names: the loggers to configure; each stops propagating to the root logger.
     """
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(logging.Formatter(FORMAT))
     handler.addFilter(RankFilter())
     handler.set_name("npu_migrate")
-    for name in ("npu_migrate", "__main__"):
+    for name in names:
         log = logging.getLogger(name)
         for old in [h for h in log.handlers if h.get_name() == "npu_migrate"]:
             log.removeHandler(old)

@@ -19,21 +19,22 @@ import os
 import tempfile
 from typing import Any
 
-import torch
-import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel as DDP
-
-from npu_migrate import device as _device
-from npu_migrate.distributed import destroy_distributed, init_distributed
-from npu_migrate.errors import NpuMigrateError
-from npu_migrate.launch import spawn
+from npu_migrate.errors import NpuMigrateError, UsageError
 from npu_migrate.log import setup_logging
+from npu_migrate.registry import FAMILY_CHOICES
 
 logger = logging.getLogger(__name__)
 
 
 def train(steps: int, seed: int) -> dict[str, Any]:
     """Train the smoke model in an initialised job and return what rank 0 reports."""
+    import torch  # here, not at the top: `npu-migrate --help` must not pay for torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from npu_migrate import device as _device
+    from npu_migrate.distributed import init_distributed
+
     info = init_distributed()
     _device.seed_everything(seed)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
@@ -75,6 +76,8 @@ def train(steps: int, seed: int) -> dict[str, Any]:
 
 
 def _worker(local_rank: int, steps: int, seed: int, result_path: str) -> None:
+    from npu_migrate.distributed import destroy_distributed
+
     setup_logging(logging.WARNING)
     try:
         result = train(steps, seed)
@@ -94,8 +97,8 @@ def build_parser(subparsers: Any = None) -> argparse.ArgumentParser:
         parser = subparsers.add_parser("smoke", help="Run a tiny DDP job to check the set-up.", **kwargs)
     parser.add_argument("--nproc", "--nproc-per-node", "--nproc_per_node", type=int, default=2,
                         help="Processes to start on this node (default: %(default)s).")
-    parser.add_argument("--device", default=None,
-                        help="Force a family (npu, cuda, cpu or auto) instead of NPU_MIGRATE_DEVICE or detection.")
+    parser.add_argument("--device", default=None, choices=FAMILY_CHOICES,
+                        help="Force a device family instead of NPU_MIGRATE_DEVICE or detection (auto detects).")
     parser.add_argument("--steps", type=int, default=30, help="Training steps (default: %(default)s).")
     parser.add_argument("--seed", type=int, default=0, help="Random seed (default: %(default)s).")
     parser.set_defaults(func=run)
@@ -104,14 +107,17 @@ def build_parser(subparsers: Any = None) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Validate the request, then spawn the workers."""
-    spec = _device.device_spec(args.device)
     if args.nproc < 1:
-        raise NpuMigrateError(f"--nproc {args.nproc} is not positive: expected at least 1 process.")
+        raise UsageError(f"--nproc {args.nproc} is not positive: expected at least 1 process.")
     if args.steps < 1:
-        raise NpuMigrateError(f"--steps {args.steps} is not positive: expected at least 1 step.")
+        raise UsageError(f"--steps {args.steps} is not positive: expected at least 1 step.")
+    from npu_migrate import device as _device
+    from npu_migrate.launch import spawn
+
+    spec = _device.device_spec(args.device)
     count = _device.device_count()
     if spec.is_accelerator and args.nproc > count:
-        raise NpuMigrateError(
+        raise UsageError(
             f"--nproc {args.nproc} is more than the {count} {spec.name} device(s) visible here. "
             f"Use --nproc {count} or fewer."
         )

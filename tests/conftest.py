@@ -6,6 +6,7 @@ Multi-process tests start real processes that join a gloo (or stand-in hccl) gro
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import socket
@@ -15,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from npu_migrate import device as _device
 
@@ -32,10 +34,29 @@ _JOB_VARS = (
 )
 
 
+def _host_family() -> str:
+    """The family detection should pick on this host, by torch's own answers."""
+    if importlib.util.find_spec("torch_npu") is not None and hasattr(torch, "npu") and torch.npu.is_available():
+        return "npu"
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+HOST_FAMILY = _host_family()
+"""What detection finds here: tests of detection compare with it instead of assuming a CPU host."""
+
+TORCH_AUTOLOADS = hasattr(torch, "_import_device_backends")
+"""torch >= 2.5 imports every ``torch.backends`` entry point (torch_npu's) at ``import torch``."""
+
+
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch: pytest.MonkeyPatch):
+    """No job variables; the CPU family forced, as the CPU tier runs on any host (GPU, NPU or none).
+
+    Tests of detection itself delete ``NPU_MIGRATE_DEVICE`` again.
+    """
     for name in _JOB_VARS:
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NPU_MIGRATE_DEVICE", "cpu")
     _device._clear_caches()
     yield
     _device._clear_caches()
@@ -48,14 +69,21 @@ def free_port() -> int:
 
 
 def child_env(*paths: Path, **extra: str) -> dict[str, str]:
-    """The environment of a child process: ours, with ``paths`` first on PYTHONPATH."""
+    """The environment of a child process: ours, with ``paths`` first on PYTHONPATH.
+
+    The family is forced as the tier says: ``npu`` with the simulated NPU on the path, else
+    ``cpu``. ``NPU_MIGRATE_DEVICE=""`` in ``extra`` leaves the choice to detection.
+    """
     env = {k: v for k, v in os.environ.items() if k not in _JOB_VARS}
+    env["NPU_MIGRATE_DEVICE"] = "npu" if FAKE_NPU in paths else "cpu"
     pythonpath = [str(p) for p in paths] + [str(ROOT)]
     if env.get("PYTHONPATH"):
         pythonpath.append(env["PYTHONPATH"])
     env["PYTHONPATH"] = os.pathsep.join(pythonpath)
     env["GLOO_SOCKET_IFNAME"] = "lo"
     env.update(extra)
+    if not env["NPU_MIGRATE_DEVICE"]:
+        del env["NPU_MIGRATE_DEVICE"]
     return env
 
 

@@ -2,7 +2,7 @@
 
 Usage::
 
-    npu-migrate run train.py --world-size 1 --rank 0          # seed 003: the script spawns its workers
+    npu-migrate run train.py --world-size 1 --rank 0          # a script that spawns its own workers
     npu-migrate run --device cpu --device-num 2 train.py      # on CPU the script sees 2 cuda devices
     npu-migrate run --migrate-report report.md train.py
 
@@ -21,7 +21,8 @@ import sys
 import tempfile
 from typing import Any
 
-from npu_migrate.errors import NpuMigrateError
+from npu_migrate.errors import NpuMigrateError, UsageError
+from npu_migrate.registry import FAMILY_CHOICES
 
 
 def build_parser(subparsers: Any = None) -> argparse.ArgumentParser:
@@ -31,8 +32,8 @@ def build_parser(subparsers: Any = None) -> argparse.ArgumentParser:
         parser = argparse.ArgumentParser(prog="npu-migrate run", description=description)
     else:
         parser = subparsers.add_parser("run", help="Run a CUDA script with runtime migration.", description=description)
-    parser.add_argument("--device", default=None,
-                        help="Target family: auto, npu, cuda or cpu (default: NPU_MIGRATE_DEVICE, else detected).")
+    parser.add_argument("--device", default=None, choices=FAMILY_CHOICES,
+                        help="Target family (default: NPU_MIGRATE_DEVICE, else detected; auto detects).")
     parser.add_argument("--device-num", "--device_num", dest="device_num", type=int, default=None,
                         help="On cpu, how many cuda devices the script sees (default: 1).")
     parser.add_argument("--migrate-report", dest="migrate_report", default=None,
@@ -60,9 +61,9 @@ def run(args: argparse.Namespace) -> int:
     from npu_migrate import migrate
 
     if args.device_num is not None and args.device_num < 1:
-        raise NpuMigrateError(f"--device-num {args.device_num} is not positive: expected 1 or more devices.")
+        raise UsageError(f"--device-num {args.device_num} is not positive: expected 1 or more devices.")
     if not args.module and not os.path.isfile(args.script):
-        raise NpuMigrateError(f"script {args.script!r} not found (working directory {os.getcwd()}).")
+        raise UsageError(f"script {args.script!r} not found (working directory {os.getcwd()}).")
     report_dir = tempfile.mkdtemp(prefix="npu_migrate_report_") if args.migrate_report else None
     migrate.install(device=args.device, device_count=args.device_num, propagate=True, report_dir=report_dir)
     code = 0

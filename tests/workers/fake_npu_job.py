@@ -237,10 +237,12 @@ def device_api_checks(info: nm.DistInfo) -> dict:
     during = nm.memory_allocated()
     del block
     start, end = nm.Event(enable_timing=True), nm.Event(enable_timing=True)
+    host_start = time.perf_counter()
     start.record()
-    time.sleep(0.05)
+    time.sleep(0.05)  # the work being timed: at least 50 ms
     end.record()
     nm.synchronize()
+    host_ms = (time.perf_counter() - host_start) * 1000.0
     stream = nm.Stream()
     with nm.stream(stream):
         inside = torch.ones(2, device=info.device) * 2
@@ -253,6 +255,7 @@ def device_api_checks(info: nm.DistInfo) -> dict:
         "peak": nm.max_memory_allocated() - before,
         "stats_keys": sorted(nm.memory_stats() or {}),
         "elapsed_ms": start.elapsed_time(end),
+        "host_ms": host_ms,
         "current_stream_device": str(nm.current_stream().device),
         "stream_result": inside.tolist(),
         "device_name": nm.device_name(),

@@ -50,7 +50,9 @@ report = {
     "pids": [os.getpid()] + ([grandchild.pid] if grandchild else []),
 }
 out = Path(os.environ["OUT_DIR"])
-(out / f"rank{info.rank}.json").write_text(json.dumps(report))
+# Written whole, then renamed: a reader that sees the file sees all of it.
+(out / f".rank{info.rank}.json.tmp").write_text(json.dumps(report))
+(out / f".rank{info.rank}.json.tmp").replace(out / f"rank{info.rank}.json")
 print(f"rank {info.rank} says hello", flush=True)
 
 if me and "--fail" in sys.argv:

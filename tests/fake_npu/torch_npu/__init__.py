@@ -674,3 +674,13 @@ def _pin_memory_for_npu(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.
 
 
 torch.Tensor.pin_memory = _pin_memory_for_npu  # type: ignore[method-assign]
+
+
+# --------------------------------------------------------------------------- autoload
+
+
+def _autoload() -> None:
+    """The real wheel's ``torch.backends`` entry point: torch >= 2.5 calls it at ``import torch``.
+
+    Importing this module already did everything, as importing the real torch_npu does.
+    """

@@ -1,0 +1,157 @@
+"""torch's device-extension autoload, and importing torch safely under it.
+
+Since torch 2.5, ``import torch`` imports every package that registers a ``torch.backends``
+entry point (torch_npu does: ``torch_npu = torch_npu:_autoload``). On a node where the CANN
+toolkit is missing or was not sourced, torch_npu fails there, and so does ``import torch``
+itself, for every program, with "Failed to load the backend extension: torch_npu". A failed
+``import torch`` cannot be retried in the same process, so this module works before torch is
+imported, from package metadata only:
+
+Usage::
+
+    from npu_migrate import autoload
+
+    autoload.disable_unless_needed("cpu")   # --device cpu/cuda: TORCH_DEVICE_BACKEND_AUTOLOAD=0
+    autoload.check_versions()               # a mismatched torch_npu would abort the interpreter
+    try:
+        import torch
+    except RuntimeError as exc:
+        line = autoload.explain(exc)        # one line naming what failed and the fix, or None
+
+Entry points (:func:`check_versions`, :func:`explain`) are cheap: nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import re
+from dataclasses import dataclass
+
+from npu_migrate.errors import DeviceUnavailableError
+
+ENV_AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"
+"""torch's switch: ``0`` stops ``import torch`` from importing device extensions."""
+
+GROUP = "torch.backends"
+CANN_SET_ENV = "/usr/local/Ascend/ascend-toolkit/set_env.sh"
+_FAILED = re.compile(r"Failed to load the backend extension: (\S+?)\.?(\s|$)")
+
+# Families that never need an out-of-tree extension: forcing one of them makes autoloading
+# torch_npu pointless, and on a node without CANN, fatal.
+_BUILT_IN = ("cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class Extension:
+    """One ``torch.backends`` entry point: what ``import torch`` will import.
+
+    Attributes:
+        name: the entry point's name (``torch_npu``).
+        target: what it loads (``torch_npu:_autoload``).
+        distribution: the installed distribution that declares it.
+        version: that distribution's version.
+    """
+
+    name: str
+    target: str
+    distribution: str
+    version: str
+
+
+def enabled() -> bool:
+    """Whether ``import torch`` will auto-load extensions (torch's own test of the variable)."""
+    return os.environ.get(ENV_AUTOLOAD, "1") == "1"
+
+
+def extensions() -> list[Extension]:
+    """Every ``torch.backends`` entry point installed, read from metadata without importing."""
+    found = []
+    for dist in importlib.metadata.distributions():
+        for ep in dist.entry_points:
+            if ep.group == GROUP:
+                found.append(Extension(ep.name, ep.value, dist.metadata["Name"] or "?", dist.version))
+    return found
+
+
+def disable_unless_needed(device: str | None) -> bool:
+    """Turn autoload off for this process and its children when ``device`` needs no extension.
+
+    ``--device cpu`` or ``--device cuda`` (or ``NPU_MIGRATE_DEVICE``) then keeps working on a
+    node whose torch_npu cannot load, and so do the workers started from here. A value the
+    user set is never changed.
+
+    Args:
+        device: the family asked for; ``None`` or ``auto`` falls back to ``NPU_MIGRATE_DEVICE``.
+
+    Returns:
+        Whether this call set the variable.
+    """
+    name = (device or "").strip().lower()
+    if name in ("", "auto"):
+        name = os.environ.get("NPU_MIGRATE_DEVICE", "").strip().lower()
+    if name not in _BUILT_IN or ENV_AUTOLOAD in os.environ:
+        return False
+    os.environ[ENV_AUTOLOAD] = "0"
+    return True
+
+
+def _release(version: str) -> tuple[int, ...]:
+    match = re.match(r"(\d+)\.(\d+)", version)
+    return tuple(int(p) for p in match.groups()) if match else ()
+
+
+def check_versions() -> None:
+    """Refuse, before ``import torch``, an auto-loaded torch_npu built for another torch release.
+
+    torch_npu releases follow torch's minor releases (torch_npu 2.1.0.postN for torch 2.1); a
+    build for another release can abort the interpreter at import, where no message is
+    possible. Patch releases of torch keep the extension ABI and are accepted.
+
+    Raises:
+        DeviceUnavailableError: one line naming both versions and the fixes.
+    """
+    if not enabled():
+        return
+    try:
+        torch_version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return
+    for ext in extensions():
+        if ext.name != "torch_npu":
+            continue
+        have, want = _release(ext.version), _release(torch_version)
+        if have and want and have != want:
+            built_for = ".".join(map(str, have))
+            raise DeviceUnavailableError(
+                f"{ext.name} {ext.version} is built for torch {built_for} but torch {torch_version} "
+                f"is installed, and `import torch` loads it automatically. Install matching releases "
+                f'(pip install "torch-npu=={".".join(map(str, want))}.*" or pip install "torch=={built_for}.*"), '
+                f"or set {ENV_AUTOLOAD}=0 to train on CPU or GPU."
+            )
+
+
+def explain(exc: BaseException) -> str | None:
+    """The one-line answer for an ``import torch`` that failed in autoload, else ``None``.
+
+    Args:
+        exc: what ``import torch`` (or anything that imported it) raised.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        match = _FAILED.search(str(current))
+        if isinstance(current, RuntimeError) and match:
+            cause = current.__cause__ or current.__context__
+            detail = " ".join(str(cause).split()) if cause is not None else ""
+            detail = f"{type(cause).__name__}: {detail}" if cause is not None and not detail else detail
+            name = match.group(1)
+            return (
+                f"`import torch` failed: it auto-loads {name}, which failed"
+                f"{': ' + detail if detail else ''}. To use the NPU, source the CANN environment first "
+                f"(source {CANN_SET_ENV}); to train on CPU or GPU, set {ENV_AUTOLOAD}=0 "
+                f"(--device cpu or --device cuda does this for you)."
+            )
+        current = current.__cause__ or current.__context__
+    return None
