@@ -497,7 +497,9 @@ def _install_tensor_and_module() -> None:
 
     _patch(torch.Tensor, "cuda", tensor_cuda)
     _patch(torch.nn.Module, "cuda", module_cuda)
-    is_cuda = torch._C.TensorBase.is_cuda
+    # torch < 2.2 names the C base class _TensorBase.
+    tensor_base = torch._C.TensorBase if hasattr(torch._C, "TensorBase") else torch._C._TensorBase
+    is_cuda = tensor_base.is_cuda
     name = _STATE.target.name  # type: ignore[union-attr]
 
     def get_is_cuda(self: Any) -> bool:

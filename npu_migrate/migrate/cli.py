@@ -6,7 +6,7 @@ Usage::
     npu-migrate run --device cpu --device-num 2 train.py      # on CPU the script sees 2 cuda devices
     npu-migrate run --migrate-report report.md train.py
 
-For scripts that start their own workers with ``torch.multiprocessing.spawn`` (seed 003, the
+For scripts that start their own workers with ``torch.multiprocessing.spawn`` (the
 classic ImageNet example): every process they start migrates too. Scripts written for torchrun
 go through ``python -m npu_migrate.launch --migrate`` instead.
 """
