@@ -48,6 +48,31 @@ TORCH_AUTOLOADS = hasattr(torch, "_import_device_backends")
 """torch >= 2.5 imports every ``torch.backends`` entry point (torch_npu's) at ``import torch``."""
 
 
+def _fake_npu_missing() -> str | None:
+    """The torch features tests/fake_npu is built on that this torch lacks, or None."""
+    import torch.utils.backend_registration as registration
+
+    missing = [name for name, present in (
+        ("torch._C._acc (PrivateUse1 hooks and device guards written in Python)", hasattr(torch._C, "_acc")),
+        ("torch.utils.backend_registration._setup_privateuseone_for_python_backend",
+         hasattr(registration, "_setup_privateuseone_for_python_backend")),
+    ) if not present]
+    return f"the simulated NPU needs {' and '.join(missing)}, which torch {torch.__version__} lacks" if missing else None
+
+
+FAKE_NPU_MISSING = _fake_npu_missing()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip the simulated-NPU tier, naming the missing torch feature, on a torch too old for it."""
+    if FAKE_NPU_MISSING is None:
+        return
+    skip = pytest.mark.skip(reason=FAKE_NPU_MISSING)
+    for item in items:
+        if item.get_closest_marker("fake_npu") is not None:
+            item.add_marker(skip)
+
+
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch: pytest.MonkeyPatch):
     """No job variables; the CPU family forced, as the CPU tier runs on any host (GPU, NPU or none).

@@ -335,7 +335,17 @@ def _new_grad_scaler(*args: Any, **kwargs: Any) -> Any:
     assert spec is not None
     if spec.amp_dtype != torch.float16:  # bfloat16 autocast needs no loss scaling
         kwargs["enabled"] = False
-    return _ORIGINALS["amp.GradScaler"](spec.name, *args, **kwargs)
+    if "amp.GradScaler" in _ORIGINALS:  # torch >= 2.3: one class with a device argument
+        return _ORIGINALS["amp.GradScaler"](spec.name, *args, **kwargs)
+    # torch < 2.3: a class per device module (torch_npu's torch.npu.amp.GradScaler). The CPU has
+    # none, and needs none (bfloat16): CUDA's own class, disabled, is a pass-through that never
+    # touches CUDA. Its module attribute is not the patched torch.cuda.amp.GradScaler.
+    own = getattr(getattr(getattr(torch, spec.name, None), "amp", None), "GradScaler", None)
+    if own is None:
+        from torch.cuda.amp import grad_scaler
+
+        own = grad_scaler.GradScaler
+    return own(*args, **kwargs)
 
 
 _HOST_STREAM = _device.HostStream()

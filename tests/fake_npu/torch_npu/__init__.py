@@ -44,10 +44,19 @@ import weakref
 from typing import Any
 
 import torch
+import torch.utils.backend_registration
 import torch.distributed as dist
 from torch.utils._pytree import tree_map
 
 __version__ = torch.__version__.split("+")[0]  # "built for" the installed torch
+
+if not hasattr(torch._C, "_acc") or not hasattr(torch.utils.backend_registration, "_setup_privateuseone_for_python_backend"):
+    # The simulation registers its device from Python, which older torch cannot do; the real
+    # torch_npu registers from C++ and has no such limit. tests/conftest.py skips the tier there.
+    raise ImportError(
+        f"the torch_npu stand-in needs torch._C._acc and backend_registration._setup_privateuseone_for_python_backend, "
+        f"which torch {torch.__version__} lacks"
+    )
 
 _visible = os.environ.get("ASCEND_RT_VISIBLE_DEVICES")
 if _visible is not None:
