@@ -19,7 +19,7 @@ TORCH_RELEASE = torch.__version__.split("+")[0]
 
 
 def test_env_detects_npu_and_hccl_first() -> None:
-    result = run_cli("env", "--json", env=child_env(FAKE_NPU))
+    result = run_cli("env", "--json", env=child_env(FAKE_NPU, NPU_MIGRATE_DEVICE=""))  # detection, not forced
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert (report["device_type"], report["device_source"], report["backend"]) == ("npu", "detected", "hccl")

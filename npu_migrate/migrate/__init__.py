@@ -794,8 +794,11 @@ def install(device: str | None = None, device_count: int | None = None, propagat
     with _STATE.lock:
         if _STATE.target is not None:
             return _STATE.target.name
-        if device is None and os.environ.get(_device.ENV_DEVICE) in (None, "", "auto") and _find_spec("torch_npu"):
-            _map_environment(_device.DEVICES["npu"])  # before torch_npu reads the mask
+        # Before anything asks the device for its count: torch_npu's runtime reads the mask once,
+        # when it first starts, and choosing the family already starts it.
+        requested = (device or os.environ.get(_device.ENV_DEVICE) or "auto").strip().lower()
+        if requested == "npu" or (requested == "auto" and _find_spec("torch_npu")):
+            _map_environment(_device.DEVICES["npu"])
         spec = _device.device_spec(device)
         if propagate:
             export_environment(spec.name, device_count, report_dir)

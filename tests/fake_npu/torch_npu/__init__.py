@@ -58,11 +58,25 @@ if not hasattr(torch._C, "_acc") or not hasattr(torch.utils.backend_registration
         f"which torch {torch.__version__} lacks"
     )
 
-_visible = os.environ.get("ASCEND_RT_VISIBLE_DEVICES")
-if _visible is not None:
-    _COUNT = len([d for d in _visible.split(",") if d.strip()])
-else:
-    _COUNT = int(os.environ.get("FAKE_NPU_DEVICE_COUNT", "8"))
+_runtime: dict[str, int] = {}
+_SLOTS = 64  # per-device state is kept for this many indices
+
+
+def _count() -> int:
+    """Devices this process sees, fixed when the runtime first starts, as torch_npu's lazy init does.
+
+    ASCEND_RT_VISIBLE_DEVICES masks FAKE_NPU_DEVICE_COUNT devices (default 8). It is read at the
+    first device query, not at import: torch >= 2.5 imports torch_npu inside ``import torch``,
+    before a launcher or runtime migration can set the variable.
+    """
+    if "count" not in _runtime:
+        visible = os.environ.get("ASCEND_RT_VISIBLE_DEVICES")
+        if visible is not None:
+            _runtime["count"] = len([d for d in visible.split(",") if d.strip()])
+        else:
+            _runtime["count"] = int(os.environ.get("FAKE_NPU_DEVICE_COUNT", "8"))
+    return _runtime["count"]
+
 
 _state: dict[str, Any] = {"current": 0, "set_device_calls": [], "seed": None}
 _PRIVATEUSE1 = torch._C._autograd.DeviceType.PrivateUse1
@@ -71,8 +85,8 @@ _DEFAULT_SEED = 67280421310721  # what torch.cuda's generators start from
 
 def _check(index: Any) -> int:
     index = int(index.index if isinstance(index, torch.device) else index)
-    if not 0 <= index < _COUNT:
-        raise RuntimeError(f"fake npu: invalid device index {index}, {_COUNT} device(s) visible")
+    if not 0 <= index < _count():
+        raise RuntimeError(f"fake npu: invalid device index {index}, {_count()} device(s) visible")
     return index
 
 
@@ -102,7 +116,7 @@ def _exchange_device(index: int) -> int:
 
 # --------------------------------------------------------------------------- random numbers
 
-_generators = [torch.Generator().manual_seed(_DEFAULT_SEED) for _ in range(max(_COUNT, 1))]
+_generators = [torch.Generator().manual_seed(_DEFAULT_SEED) for _ in range(_SLOTS)]
 
 
 def _manual_seed(seed: int) -> None:
@@ -117,7 +131,7 @@ def _manual_seed_all(seed: int) -> None:
 
 # --------------------------------------------------------------------------- memory figures
 
-_memory = {"allocated": [0] * max(_COUNT, 1), "peak": [0] * max(_COUNT, 1)}
+_memory = {"allocated": [0] * _SLOTS, "peak": [0] * _SLOTS}
 _live: dict[int, list[int]] = {}  # CPU storage address -> [device index, bytes, live wrappers]
 _memory_lock = threading.Lock()
 
@@ -459,8 +473,8 @@ class _DeviceContext:
 # --------------------------------------------------------------------------- the torch.npu module
 
 npu = types.ModuleType("torch_npu.npu")
-npu.is_available = lambda: _COUNT > 0
-npu.device_count = lambda: _COUNT
+npu.is_available = lambda: _count() > 0
+npu.device_count = _count
 npu.current_device = lambda: _state["current"]
 npu.set_device = _set_device
 npu.device = _DeviceContext
@@ -504,7 +518,7 @@ npu._state = _state  # lets tests read what npu_migrate asked the device to do
 
 class _Hooks(torch._C._acc.PrivateUse1Hooks):
     def is_available(self) -> bool:
-        return _COUNT > 0
+        return _count() > 0
 
     def has_primary_context(self, index: int) -> bool:
         return True
