@@ -398,7 +398,7 @@ def translate(exc: BaseException, url: str | StorageURL) -> StorageError:
                             kind="missing_object", url=text)
     if code in _DENIED or isinstance(exc, PermissionError):
         return StorageError(
-            f"{text}: access denied ({code or 'forbidden'}) by {where}. Check {spec.credentials_hint}: "
+            f"{text}: access denied ({_shown_code(code)}) by {where}. Check {spec.credentials_hint}: "
             "the key id, its secret, and the key's permissions on the bucket.", kind="access_denied", url=text)
     if "NoCredentialsError" in names or "PartialCredentialsError" in names:
         return StorageError(f"{text}: no credentials found. Set {spec.credentials_hint}.",
@@ -411,6 +411,13 @@ def translate(exc: BaseException, url: str | StorageURL) -> StorageError:
             kind="unreachable", url=text)
     detail = _scrub(" ".join(str(exc).split()))[:200]
     return StorageError(f"{text}: {code or type(exc).__name__} from {where}: {detail}", kind="other", url=text)
+
+
+def _shown_code(code: str | None) -> str:
+    """``InvalidAccessKeyId`` as it is; ``HTTP 403`` for a bare status (HEAD answers have no body)."""
+    if code is None:
+        return "forbidden"
+    return f"HTTP {code}" if code.isdigit() else code
 
 
 def _missing(fs: Any, parsed: StorageURL, exc: BaseException) -> StorageError:
