@@ -10,6 +10,7 @@ is ever resolved and nothing leaves loopback.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import re
@@ -201,10 +202,11 @@ def test_mnist_from_s3_on_2_ranks_matches_local_copy_and_downloads_once_per_node
         assert (copy / name).read_bytes() == (mnist_dir / name).read_bytes()
     assert not list(copy.rglob("*.part"))
 
-    s3.record()  # a second run uses the cache: a listing, no object downloaded again
-    again = ok(run(tmp_path, "mnist.py", "--dry-run", *remote, nproc=0, env=env))
-    assert gets(s3.recorded()) == []
-    assert "Using the cached copy" in again.stderr
+    s3.record()  # the next fetch uses the cache: a listing, no object downloaded again
+    assert cache.fetch(f"s3://{bucket}/datasets", include=load_example("mnist").REMOTE_FILES,
+                       cache_dir=tmp_path / "cache") == copy
+    again = s3.recorded()
+    assert gets(again) == [] and sum("list-type" in r["url"] for r in again) == 1
 
 
 def test_seed000_tensors_from_oss_with_checkpoint(server: Server, mnist_dir: Path, tmp_path: Path,
@@ -242,7 +244,7 @@ def test_seed000_tensors_from_oss_with_checkpoint(server: Server, mnist_dir: Pat
     assert [p["url"].split("?")[0] for p in puts] == [f"http://{bucket}.oss-test-1.example.invalid:{server.port}/run1/last.pt"]
     sent = {name.lower() for name in puts[0]["headers"]}
     assert not {h for h in sent if h.startswith(("x-amz-checksum", "x-amz-sdk-checksum"))}, sent
-    checkpoint = torch.load(storage.open_local_or_remote(f"oss://{bucket}/run1/last.pt"), weights_only=True)
+    checkpoint = torch.load(io.BytesIO(storage.read_bytes(f"oss://{bucket}/run1/last.pt")), weights_only=True)
     assert checkpoint["epoch"] == 1
     assert SECRET not in result.stderr + result.stdout and KEY_ID not in result.stderr + result.stdout
 
@@ -359,7 +361,7 @@ def test_unreachable_endpoint_bounded(s3: Server, monkeypatch: pytest.MonkeyPatc
         "Check AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL and the network; NPU_MIGRATE_STORAGE_TIMEOUT and "
         "NPU_MIGRATE_STORAGE_RETRIES set the limits.")
     monkeypatch.setenv("NPU_MIGRATE_STORAGE_RETRIES", "many")
-    with pytest.raises(StorageError, match=r"^NPU_MIGRATE_STORAGE_RETRIES='many' is not a positive int"):
+    with pytest.raises(StorageError, match=r"^s3://bkt/x\.pt: NPU_MIGRATE_STORAGE_RETRIES='many' is not a positive int"):
         storage.read_bytes("s3://bkt/x.pt")
 
 
@@ -395,6 +397,9 @@ def test_oss_settings_come_from_oss_variables(monkeypatch: pytest.MonkeyPatch) -
         assert settings["config_kwargs"]["request_checksum_calculation"] == "when_required"
         assert settings["config_kwargs"]["response_checksum_validation"] == "when_required"
     assert "key" not in storage.client_settings("s3")  # s3:// leaves credentials to botocore's chain
+    monkeypatch.delenv("OSS_ENDPOINT")
+    with pytest.raises(StorageError, match=r"^oss://bkt/d: oss:// needs an endpoint: set OSS_ENDPOINT \(for example"):
+        storage.read_bytes("oss://bkt/d")  # never AWS's default endpoint
 
 
 # --------------------------------------------------------------------------- interrupted downloads

@@ -27,7 +27,6 @@ environment).
 
 from __future__ import annotations
 
-import io
 import logging
 import os
 import re
@@ -255,6 +254,10 @@ def client_settings(scheme: str) -> dict[str, Any]:
     """
     spec = SCHEMES[scheme]
     url = endpoint(scheme)
+    if url is None and scheme != "s3":  # without one, botocore would send OSS requests to AWS
+        raise StorageError(
+            f"{scheme}:// needs an endpoint: set {spec.endpoint_env[0]} (for example "
+            "oss-cn-hangzhou.aliyuncs.com, or its -internal name inside Alibaba Cloud).", kind="config")
     timeout, tries = timeout_s(), attempts()
     config: dict[str, Any] = {
         "connect_timeout": timeout,
@@ -304,7 +307,10 @@ def filesystem(url: str | StorageURL) -> Any:
             f"{parsed.url}: {parsed.scheme}:// URLs need the storage extra (fsspec, s3fs), which is not "
             f"installed ({exc.name or 's3fs'} is missing). Install it: {EXTRA}", kind="not_installed",
             url=parsed.url) from None
-    kwargs = client_settings(parsed.scheme)
+    try:
+        kwargs = client_settings(parsed.scheme)
+    except StorageError as exc:
+        raise StorageError(f"{parsed.url}: {exc}", kind=exc.kind, url=parsed.url) from None
     cache_key = (parsed.scheme, os.getpid(), repr(sorted(kwargs.items())))
     with _FS_LOCK:
         fs = _FILESYSTEMS.get(cache_key)
@@ -551,8 +557,3 @@ def write_bytes_atomic(url: str | os.PathLike, data: bytes) -> None:
         if error.kind == "missing_object":  # a PUT answered 404: the bucket is what is missing
             error = translate(_NoSuchBucket(), parsed)
         raise error from None
-
-
-def open_local_or_remote(url: str | os.PathLike) -> io.BytesIO:
-    """``read_bytes`` wrapped in a file object, for ``torch.load``."""
-    return io.BytesIO(read_bytes(url))
