@@ -29,6 +29,7 @@ logger = logging.getLogger(__name__)
 
 MEAN = (0.4914, 0.4822, 0.4465)  # CIFAR-10's per-channel mean and standard deviation
 STD = (0.2470, 0.2435, 0.2616)
+REMOTE_FILES = ("cifar-10-batches-py/*",)  # torchvision's layout, as a remote --data-dir holds it
 OFFLINE = "--synthetic (for real data offline, see examples/mnist.py --dataset digits)"
 
 
@@ -76,7 +77,9 @@ def load_data(args: argparse.Namespace, info: nm.DistInfo) -> tuple[common.Tenso
         return (*common.synthetic_classification((3, 32, 32), 10, 2560, 500), "synthetic CIFAR-10-shaped data")
     from torchvision import datasets
 
-    train, test = common.load_torchvision(datasets.CIFAR10, "CIFAR-10", args.data_dir, info, OFFLINE)
+    root = common.local_data_dir(args, info, REMOTE_FILES)  # a remote --data-dir: this node's copy
+    remote = args.data_dir if root != args.data_dir else None
+    train, test = common.load_torchvision(datasets.CIFAR10, "CIFAR-10", root, info, OFFLINE, remote=remote)
     return cifar_tensors(train.data, train.targets), cifar_tensors(test.data, test.targets), "CIFAR-10"
 
 

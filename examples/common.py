@@ -13,6 +13,10 @@ Usage (what ``mnist.py`` does; read it first)::
         train = common.train_one_epoch(model, train_loader, optimizer, scaler, F.nll_loss, info, epoch=epoch, ...)
         test = common.evaluate(raw_model, test_loader, F.nll_loss, info, ...)
 
+``--data-dir`` and ``--checkpoint-dir`` also take ``s3://bucket/prefix`` and ``oss://bucket/prefix``
+(the ``storage`` extra; credentials from the environment, see examples/README.md): remote data is
+copied once per node into ``--cache-dir``, checkpoints are written to and resumed from the URL.
+
 Nothing here names a device family: the device, its backend and its random generator all come
 from ``npu_migrate``, so the examples run unchanged on NPUs, GPUs and CPUs.
 """
@@ -38,6 +42,8 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 from tqdm import tqdm
 
 import npu_migrate as nm
+from npu_migrate.data import cache, storage
+from npu_migrate.errors import StorageError
 from npu_migrate.log import setup_logging
 
 DRY_RUN_BATCHES = 2
@@ -50,7 +56,11 @@ DRY_RUN_BATCHES = 2
 def add_common_args(parser: argparse.ArgumentParser, *, epochs: int, batch_size: int, lr: float) -> None:
     """Add the flags every example takes, with that example's defaults."""
     parser.add_argument("--data-dir", default="./data",
-                        help="Where datasets live in torchvision's layout, downloaded there when missing (default: %(default)s).")
+                        help="Where datasets live in torchvision's layout: a directory (downloaded there when missing), "
+                             "s3://bucket/prefix or oss://bucket/prefix (default: %(default)s).")
+    parser.add_argument("--cache-dir", metavar="DIR", default=None,
+                        help="Where each node keeps its copy of a remote --data-dir (default: $NPU_MIGRATE_CACHE_DIR, "
+                             "else ~/.cache/npu_migrate).")
     parser.add_argument("--epochs", type=int, default=epochs, help="Epochs to train in all (default: %(default)s).")
     parser.add_argument("--batch-size", type=int, default=batch_size,
                         help="Training batch size of each process; the global batch is this times the world size (default: %(default)s).")
@@ -61,7 +71,8 @@ def add_common_args(parser: argparse.ArgumentParser, *, epochs: int, batch_size:
     parser.add_argument("--metrics", metavar="FILE", default=None,
                         help="Append one JSON line per epoch here, from rank 0 (default: %(default)s, none).")
     parser.add_argument("--checkpoint-dir", metavar="DIR", default=None,
-                        help="Save DIR/last.pt after every epoch, atomically, from rank 0 (default: %(default)s, no checkpoints).")
+                        help="Save DIR/last.pt after every epoch, atomically, from rank 0; DIR may be s3://bucket/prefix "
+                             "or oss://bucket/prefix (default: %(default)s, no checkpoints).")
     parser.add_argument("--resume", action="store_true",
                         help="Continue from --checkpoint-dir's last.pt; starts from scratch if there is none yet (default: off).")
     parser.add_argument("--synthetic", action="store_true",
@@ -165,13 +176,45 @@ def synthetic_classification(shape: tuple[int, ...], classes: int, n_train: int,
     return draw(n_train), draw(n_test)
 
 
-def load_torchvision(dataset_cls: Any, name: str, data_dir: str, info: nm.DistInfo, offline: str) -> tuple[Any, Any]:
+def storage_exit(exc: StorageError, info: nm.DistInfo) -> SystemExit:
+    """The one line a storage failure ends the job with: printed by rank 0, exit status 1 everywhere."""
+    return SystemExit(f"error: {exc}" if info.is_main else 1)
+
+
+def local_data_dir(args: argparse.Namespace, info: nm.DistInfo, include: tuple[str, ...]) -> str:
+    """``--data-dir`` itself, or for ``s3://`` / ``oss://`` this node's copy of the files matching ``include``.
+
+    Every rank calls it; local rank 0 downloads (once per node, verified, resumable) while the
+    others wait.
+    """
+    if not storage.is_remote(args.data_dir):
+        return args.data_dir
+    try:
+        return str(cache.fetch(args.data_dir, include=include, cache_dir=args.cache_dir))
+    except StorageError as exc:
+        raise storage_exit(exc, info) from None
+
+
+def load_torchvision(dataset_cls: Any, name: str, data_dir: str, info: nm.DistInfo, offline: str,
+                     remote: str | None = None) -> tuple[Any, Any]:
     """Load a torchvision dataset from ``data_dir``, downloading it there on rank 0 when missing.
+
+    Args:
+        remote: the ``s3://`` or ``oss://`` URL that ``data_dir`` is the local copy of; then
+            nothing is downloaded from the internet.
 
     Raises:
         SystemExit: with one line naming ``offline`` (the flags that need no download) when
             the data is neither there nor downloadable.
     """
+    if remote is not None:
+        try:
+            return dataset_cls(data_dir, train=True), dataset_cls(data_dir, train=False)
+        except (RuntimeError, OSError) as exc:
+            raise SystemExit(
+                f"error: {name} is not in {remote} in torchvision's layout ({' '.join(str(exc).split())[:120]}). "
+                f"Upload it there as torchvision's {name} files, or train offline with {offline}."
+                if info.is_main else 1) from None
     reason = ""
     if info.is_main:
         try:
@@ -377,17 +420,23 @@ def _on_cpu(tree: Any) -> Any:
 class Checkpoint:
     """``DIR/last.pt``: model, optimizer, scheduler, scaler, epoch and every rank's random state.
 
-    Saving is collective (each rank hands its random state to rank 0) and atomic (rank 0 writes a
-    temporary file, then renames it over ``last.pt``), so a job killed while saving leaves the
-    previous checkpoint intact. Tensors are saved from the CPU, so a checkpoint written on an NPU
-    loads where torch_npu is not installed. Every rank loads the file; on several nodes, put DIR
-    on storage that every node sees.
+    Saving is collective (each rank hands its random state to rank 0) and atomic: on a disk rank 0
+    writes a temporary file, then renames it over ``last.pt``; in ``s3://`` or ``oss://`` it is one
+    upload, which the store publishes only once complete. Either way a job killed while saving
+    leaves the previous checkpoint intact. Tensors are saved from the CPU, so a checkpoint written
+    on an NPU loads where torch_npu is not installed. Every rank loads the file; on several nodes,
+    put DIR on storage that every node sees (a bucket does).
     """
 
     def __init__(self, directory: str | None, info: nm.DistInfo, *, model: torch.nn.Module,
                  optimizer: torch.optim.Optimizer, scheduler: Any, scaler: Any, generator: torch.Generator) -> None:
-        self.path = Path(directory) / "last.pt" if directory else None
+        self.path = storage.join(directory, "last.pt") if directory else None
         self.info = info
+        if self.path is not None and info.is_main:
+            try:  # a wrong bucket or key should stop the job now, not after the first epoch
+                storage.check_bucket(self.path)
+            except StorageError as exc:
+                raise storage_exit(exc, info) from None
         self.model, self.optimizer, self.scheduler, self.scaler = model, optimizer, scheduler, scaler
         self.generator = generator
         self.note = ""
@@ -409,21 +458,26 @@ class Checkpoint:
             "scaler": self.scaler.state_dict(),
             "rng": states,
         }
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        with open(tmp, "wb") as fh:
-            torch.save(checkpoint, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.path)
+        buffer = io.BytesIO()
+        torch.save(checkpoint, buffer)
+        try:
+            storage.write_bytes_atomic(self.path, buffer.getvalue())
+        except StorageError as exc:
+            raise storage_exit(exc, self.info) from None
 
     def resume(self) -> int:
         """Load ``last.pt`` into everything, if it exists; return the epochs it had done (0 if none)."""
-        if self.path is None or not self.path.exists():
+        if self.path is None:
+            return 0
+        try:
+            data = storage.read_bytes(self.path)
+        except StorageError as exc:
+            if exc.kind != "missing_object":
+                raise storage_exit(exc, self.info) from None
             self.note = f"no checkpoint at {self.path}; starting from scratch"
             return 0
         try:
-            checkpoint = torch.load(self.path, map_location="cpu", weights_only=True)
+            checkpoint = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
         except Exception as exc:
             raise SystemExit(f"error: cannot read checkpoint {self.path}: {exc}. Delete it to start over.") from exc
         unwrap(self.model).load_state_dict(checkpoint["model"])

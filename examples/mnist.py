@@ -6,6 +6,11 @@ Usage::
     python -m npu_migrate.launch --device-num 8 examples/mnist.py                    # MNIST under --data-dir
     torchrun --nproc-per-node 2 examples/mnist.py --grad-sync allreduce
     python examples/mnist.py --dry-run                                               # one process
+    python -m npu_migrate.launch --device-num 8 examples/mnist.py --data-dir oss://bucket/datasets
+
+``--data-dir`` (a directory, ``s3://bucket/prefix`` or ``oss://bucket/prefix``) holds torchvision's
+MNIST files (``MNIST/raw/*-ubyte``), or seed 000's ``training.pt`` and ``test.pt`` (each a
+``(images, labels)`` pair of tensors, as torchvision once saved them).
 
 ``--dataset digits`` needs no download: scikit-learn's 1797 real handwritten digits (8x8),
 resized into MNIST's format (1x28x28, normalised like MNIST) with a fixed held-out split of 359.
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -31,6 +37,8 @@ logger = logging.getLogger(__name__)
 
 MEAN, STD = 0.1307, 0.3081  # MNIST's pixel mean and standard deviation
 DIGITS_HELD_OUT = 359       # of scikit-learn's 1797 digits; an odd count, so 2 ranks get unequal shares
+SEED000_FILES = ("training.pt", "test.pt")  # seed 000's layout: (uint8 N x 28 x 28 images, labels) each
+REMOTE_FILES = ("MNIST/raw/*", "MNIST/processed/*.pt", *SEED000_FILES)  # what a remote --data-dir may hold
 OFFLINE = "--dataset digits (real handwritten digits bundled with scikit-learn) or --synthetic"
 
 
@@ -95,9 +103,16 @@ def load_data(args: argparse.Namespace, info: nm.DistInfo) -> tuple[common.Tenso
         return (*common.synthetic_classification((1, 28, 28), 10, 4096, 1000), "synthetic MNIST-shaped data")
     if args.dataset == "digits":
         return (*load_digits(), "scikit-learn digits at 28x28")
+    root = common.local_data_dir(args, info, REMOTE_FILES)  # a remote --data-dir: this node's copy
+    seed000 = [Path(root) / name for name in SEED000_FILES]
+    if all(path.exists() for path in seed000):
+        (train_x, train_y), (test_x, test_y) = (torch.load(path, map_location="cpu", weights_only=True)
+                                                for path in seed000)
+        return mnist_tensors(train_x, train_y), mnist_tensors(test_x, test_y), "MNIST"
     from torchvision import datasets
 
-    train, test = common.load_torchvision(datasets.MNIST, "MNIST", args.data_dir, info, OFFLINE)
+    remote = args.data_dir if root != args.data_dir else None
+    train, test = common.load_torchvision(datasets.MNIST, "MNIST", root, info, OFFLINE, remote=remote)
     return mnist_tensors(train.data, train.targets), mnist_tensors(test.data, test.targets), "MNIST"
 
 

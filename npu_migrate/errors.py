@@ -31,6 +31,24 @@ class DistributedConfigError(NpuMigrateError, ValueError):
     """The torchrun-style environment of a process is missing or inconsistent."""
 
 
+class StorageError(NpuMigrateError, OSError):
+    """Data or checkpoints could not be read or written (local disk, ``s3://``, ``oss://``).
+
+    ``kind`` says which fix applies, so callers can act on it without parsing the message:
+    ``missing_bucket``, ``missing_object``, ``access_denied``, ``no_credentials``,
+    ``unreachable``, ``not_installed``, ``unsupported``, ``incomplete``, ``config``.
+    The message names the URL and the fix, never a credential.
+    """
+
+    def __init__(self, message: str, *, kind: str, url: str = "") -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.url = url
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
 def exit_code(exc: BaseException) -> int:
     """The process exit code for ``exc``: 2 for usage errors, 1 for every other failure."""
     return int(getattr(exc, "exit_code", 1))

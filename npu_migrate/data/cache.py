@@ -1,0 +1,254 @@
+"""One verified copy of remote data per node: local rank 0 downloads, the other ranks wait.
+
+Usage::
+
+    from npu_migrate.data import cache
+
+    root = cache.fetch("s3://bucket/datasets", include=["MNIST/raw/*"])   # every rank calls it
+    datasets.MNIST(root)                                                   # a local directory
+
+``fetch`` returns local paths unchanged. For a remote prefix, every rank calls it: local rank 0
+lists the prefix, downloads what is missing into ``cache_dir/<scheme>/<bucket>/<prefix>/`` with a
+progress bar on global rank 0, and the other ranks of its node wait for it in a collective that
+also carries its outcome, so an error stops every rank with the same line instead of a hang.
+
+The files of one object ``NAME`` in the cache directory (the protocol, written down here):
+
+- ``NAME``: the complete file. Only ``os.replace`` creates it, after its size and MD5 matched.
+- ``.NAME.<host>.part``: bytes downloaded so far, by ranged GETs of ``chunk_size`` bytes.
+- ``.NAME.<host>.part.json``: ``{"etag", "size"}`` of the object the ``.part`` holds bytes of. A
+  later run continues the ``.part`` only if the object still has that ETag and size; otherwise it
+  starts over. (``<host>`` keeps nodes that share a cache directory out of each other's way.)
+- ``.NAME.json``: ``{"etag", "size"}`` of the object ``NAME`` was verified against. A file counts
+  as cached only when this matches the listing and ``NAME`` has that size; so a crash between
+  the replace and this record means a download, never a wrong file.
+
+Verification: the size always; the MD5 of the bytes against the ETag when the ETag is an MD5
+(single-part uploads on S3 and OSS); multipart ETags (``...-N``) are checked by size only.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import logging
+import os
+import socket
+from pathlib import Path
+from typing import Callable, Sequence
+
+from npu_migrate.data import storage
+from npu_migrate.errors import StorageError
+
+logger = logging.getLogger(__name__)
+
+ENV_CACHE_DIR = "NPU_MIGRATE_CACHE_DIR"
+DEFAULT_CHUNK = 8 * 2**20
+
+
+def default_cache_dir() -> Path:
+    """``$NPU_MIGRATE_CACHE_DIR``, else ``$XDG_CACHE_HOME/npu_migrate``, else ``~/.cache/npu_migrate``."""
+    if os.environ.get(ENV_CACHE_DIR):
+        return Path(os.environ[ENV_CACHE_DIR]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "npu_migrate"
+
+
+def local_dir(url: str, cache_dir: str | os.PathLike | None = None) -> Path:
+    """Where ``fetch`` keeps the copy of the prefix ``url``."""
+    parsed = storage.parse_url(url)
+    root = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+    return root.joinpath(parsed.scheme, parsed.bucket, *[p for p in parsed.key.split("/") if p])
+
+
+def _env_int(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+def fetch(
+    url: str | os.PathLike,
+    *,
+    include: Sequence[str] = ("*",),
+    cache_dir: str | os.PathLike | None = None,
+    chunk_size: int = DEFAULT_CHUNK,
+    progress: Callable[[int], None] | None = None,
+) -> Path:
+    """A local directory holding the files of ``url`` that match ``include``.
+
+    Call it on every rank. Local paths come back as they are. For a remote prefix, local rank 0
+    (``LOCAL_RANK``) downloads; when torch.distributed is initialised, every rank then joins one
+    ``all_gather_object`` that carries each node's outcome.
+
+    Args:
+        url: a local directory, ``s3://bucket/prefix`` or ``oss://bucket/prefix``.
+        include: glob patterns (``fnmatch``) of paths relative to the prefix; ``*`` also
+            matches ``/``.
+        cache_dir: the cache's root (default: :func:`default_cache_dir`).
+        chunk_size: bytes per ranged GET; an interrupted download resumes at a chunk boundary.
+        progress: called with the byte count of each chunk written (default: a tqdm bar on
+            global rank 0).
+
+    Returns:
+        The local directory: ``url`` itself, or its copy in the cache.
+
+    Raises:
+        StorageError: one line naming the URL and the fix, on every rank, when any node's
+            download failed or nothing matched ``include``.
+    """
+    text = os.fspath(url)
+    if not storage.is_remote(text):
+        return Path(storage.parse_url(text).key)
+    target = local_dir(text, cache_dir)
+    failure: tuple[str, str] | None = None
+    if _env_int("LOCAL_RANK", 0) == 0:
+        try:
+            sync(text, target, include=include, chunk_size=chunk_size, progress=progress)
+        except StorageError as exc:
+            failure = (str(exc), exc.kind)
+        except Exception as exc:  # noqa: BLE001 - every rank must hear of it, or they would wait forever
+            failure = (str(storage.translate(exc, text)), "other")
+    failure = _share(failure)
+    if failure is not None:
+        raise StorageError(failure[0], kind=failure[1], url=text)
+    return target
+
+
+def _share(failure: tuple[str, str] | None) -> tuple[str, str] | None:
+    """The first failure of any rank, seen by every rank (a no-op outside a process group)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return failure
+    outcomes: list[tuple[str, str] | None] = [None] * dist.get_world_size()
+    dist.all_gather_object(outcomes, failure)
+    return next((item for item in outcomes if item is not None), None)
+
+
+def sync(
+    url: str,
+    target: Path,
+    *,
+    include: Sequence[str] = ("*",),
+    chunk_size: int = DEFAULT_CHUNK,
+    progress: Callable[[int], None] | None = None,
+) -> list[Path]:
+    """Bring ``target`` up to date with the matching objects under ``url`` (one process).
+
+    Returns:
+        The local files, complete and verified.
+    """
+    files = [f for f in storage.list_files(url) if any(fnmatch.fnmatch(f.relpath, p) for p in include)]
+    if not files:
+        raise StorageError(
+            f"{url}: no objects matching {', '.join(include)} under this prefix. Upload the data there "
+            "in the layout the local directory would have, or fix the prefix.", kind="missing_object", url=url)
+    todo = [f for f in files if not is_cached(target, f)]
+    if not todo:
+        logger.info("Using the cached copy of %s in %s (%d file(s))", url, target, len(files))
+        return [target / f.relpath for f in files]
+    total = sum(f.size for f in todo)
+    logger.info("Downloading %d of %d file(s), %.1f MB, from %s into %s",
+                len(todo), len(files), total / 1e6, url, target)
+    bar = None
+    if progress is None:
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, unit="B", unit_scale=True, desc="download", leave=False, dynamic_ncols=True,
+                   disable=True if _env_int("RANK", 0) != 0 else None)
+        progress = bar.update
+    try:
+        for item in todo:
+            download(storage.join(url, item.relpath), item, target / item.relpath,
+                     chunk_size=chunk_size, progress=progress)
+    finally:
+        if bar is not None:
+            bar.close()
+    return [target / f.relpath for f in files]
+
+
+def _record(path: Path) -> Path:
+    return path.with_name(f".{path.name}.json")
+
+
+def _part(path: Path) -> Path:
+    return path.with_name(f".{path.name}.{socket.gethostname()}.part")
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def is_cached(target: Path, item: storage.RemoteFile) -> bool:
+    """True when ``target/item.relpath`` is complete and was verified against this very object."""
+    path = target / item.relpath
+    record = _read_json(_record(path))
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return False
+    return record.get("etag") == item.etag and record.get("size") == item.size == size
+
+
+def download(url: str, item: storage.RemoteFile, dest: Path, *, chunk_size: int = DEFAULT_CHUNK,
+             progress: Callable[[int], None] | None = None) -> Path:
+    """Download one object to ``dest`` through a ``.part`` file, resuming a matching one.
+
+    Raises:
+        StorageError: ``incomplete`` when the bytes do not match the size or ETag (the
+            ``.part`` is deleted, so the next run starts over); any client error otherwise
+            (the ``.part`` is kept, so the next run resumes).
+    """
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    part, state = _part(dest), _part(dest).with_name(_part(dest).name + ".json")
+    expected = {"etag": item.etag, "size": item.size}
+    digest = hashlib.md5()  # noqa: S324 - S3's ETag of a single-part upload is the MD5
+    offset = 0
+    if part.exists() and _read_json(state) == expected and part.stat().st_size <= item.size:
+        with open(part, "rb") as fh:
+            for block in iter(lambda: fh.read(2**20), b""):
+                digest.update(block)
+                offset += len(block)
+        logger.info("Resuming %s at %d of %d bytes", url, offset, item.size)
+        if progress is not None and offset:
+            progress(offset)
+    else:
+        part.unlink(missing_ok=True)
+        state.write_text(json.dumps(expected))
+    with open(part, "ab") as fh:
+        while offset < item.size:
+            block = storage.read_range(url, offset, min(offset + chunk_size, item.size))
+            if not block:
+                break
+            fh.write(block)
+            fh.flush()
+            digest.update(block)
+            offset += len(block)
+            if progress is not None:
+                progress(len(block))
+        os.fsync(fh.fileno())
+    problem = None
+    if offset != item.size:
+        problem = f"got {offset} bytes, the object has {item.size}"
+    elif _is_md5(item.etag) and digest.hexdigest() != item.etag:
+        problem = f"the MD5 of the bytes is {digest.hexdigest()}, the ETag says {item.etag}"
+    if problem:
+        part.unlink(missing_ok=True)
+        state.unlink(missing_ok=True)
+        raise StorageError(f"{url}: the download is incomplete or corrupt ({problem}); it was discarded. "
+                           "Run again to download it afresh.", kind="incomplete", url=url)
+    _record(dest).unlink(missing_ok=True)
+    os.replace(part, dest)
+    _record(dest).write_text(json.dumps(expected))
+    state.unlink(missing_ok=True)
+    return dest
+
+
+def _is_md5(etag: str) -> bool:
+    return len(etag) == 32 and all(c in "0123456789abcdef" for c in etag)
