@@ -158,11 +158,15 @@ class _Fill(cst.CSTTransformer):
 
 
 def rename_keywords(args: Sequence[cst.Arg], renames: Mapping[str, str]) -> list[cst.Arg]:
-    """``args`` with keyword names mapped through ``renames``."""
+    """``args`` with keyword names mapped through ``renames`` (to ``""``: passed positionally)."""
     out = []
     for arg in args:
         if arg.keyword is not None and arg.keyword.value in renames:
-            arg = arg.with_changes(keyword=cst.Name(renames[arg.keyword.value]))
+            new = renames[arg.keyword.value]
+            if new:
+                arg = arg.with_changes(keyword=cst.Name(new))
+            else:
+                arg = arg.with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT)
         out.append(arg)
     return out
 

@@ -67,7 +67,7 @@ class Target:
 _DEV = ("_accelerator_device",)
 _MOD = ("_accelerator_device", "_accelerator_module")
 _INDEX = {"device": "index"}
-_ACC_INDEX = {"device": "device_index"}
+_ACC_INDEX = {"device": ""}  # torch.accelerator's memory functions take the device positionally only
 
 TARGETS: dict[str, Target] = {
     # A device with an explicit index ("cuda:1", .cuda(1)); without one this is LOCAL_RANK's device.
@@ -80,14 +80,14 @@ TARGETS: dict[str, Target] = {
     # assert/exit guards: "the family this run uses is there", which is also true on the CPU.
     "selected_available": Target(
         "nm.is_available(nm.device_type())",
-        'torch.accelerator.is_available() or _accelerator_device().type == "cpu"', torch_helpers=_DEV,
+        '(torch.accelerator.is_available() or _accelerator_device().type == "cpu")', torch_helpers=_DEV,
     ),
     "device_count": Target("nm.device_count()", "_accelerator_module().device_count()", torch_helpers=_MOD),
     "set_device": Target("nm.set_device(ARGS)", "_accelerator_module().set_device(ARGS)", torch_helpers=_MOD,
                          nm_keywords=_INDEX),
     "current_device_index": Target(
         "nm.current_device_index()",
-        "torch.accelerator.current_device_index() if torch.accelerator.is_available() else 0",
+        "(torch.accelerator.current_device_index() if torch.accelerator.is_available() else 0)",
     ),
     "synchronize": Target("nm.synchronize()", "_accelerator_module().synchronize()", torch_helpers=_MOD),
     # torch.cuda.manual_seed(_all) seeds the device generators only, never the CPU's.
@@ -191,7 +191,9 @@ def _device_properties(device=None):
 
     family = {family}
     if family != "cpu":
-        return getattr(torch, family).get_device_properties(device)
+        module = getattr(torch, family)
+        if hasattr(module, "get_device_properties"):
+            return module.get_device_properties(device)
     pages = os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else 0
     return types.SimpleNamespace(
         name=platform.processor() or platform.machine() or "cpu", major=0, minor=0,
@@ -205,8 +207,9 @@ def _mem_get_info(device=None):
     import os
 
     family = {family}
-    if family != "cpu":
-        return getattr(torch, family).mem_get_info(device)
+    module = getattr(torch, family)
+    if family != "cpu" and hasattr(module, "mem_get_info"):
+        return module.mem_get_info(device)
     if not hasattr(os, "sysconf"):
         return (0, 0)
     page = os.sysconf("SC_PAGE_SIZE")
