@@ -27,6 +27,8 @@ from libcst.metadata import QualifiedName, QualifiedNameSource
 
 from npu_migrate.port.targets import NM_ALIAS, TARGETS
 
+# Names that mean their module where nothing in the file binds them (snippets, cells, star imports).
+ASSUMED_MODULES = frozenset({"torch", "torch_npu", "os"})
 LOCAL = "<local>."  # prefix of qualname() for names bound by an assignment or parameter, not an import
 
 
@@ -113,6 +115,8 @@ def resolve(names: Iterable[QualifiedName], text: str) -> tuple[str, str]:
             local = True
     if local:
         return LOCAL + text, "local"
+    if text.split(".")[0] in ASSUMED_MODULES:
+        return text, "import"  # a snippet or notebook cell that uses torch without importing it here
     return text, "none"
 
 

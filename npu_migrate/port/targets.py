@@ -170,13 +170,13 @@ def _accelerator_module():
 ''',
     "_manual_seed_accelerator": '''\
 def _manual_seed_accelerator(seed):
-    """Seed the accelerator's generators only, as torch.cuda.manual_seed_all does (never the CPU's)."""
+    """Seed the accelerator's generators only, never the CPU's (as CUDA's manual_seed_all does)."""
     if torch.accelerator.is_available():
         _accelerator_module().manual_seed_all(seed)
 ''',
     "_device_capability": '''\
 def _device_capability(device=None):
-    """torch.cuda.get_device_capability on any device family: (0, 0) where the device is not CUDA."""
+    """The compute capability, as CUDA reports it: (0, 0) where the device is not CUDA."""
     family = {family}
     if family != "cuda":
         return (0, 0)
@@ -184,7 +184,7 @@ def _device_capability(device=None):
 ''',
     "_device_properties": '''\
 def _device_properties(device=None):
-    """torch.cuda.get_device_properties on any device family; the host's name and memory on the CPU."""
+    """The device's properties on any family; the host's name and memory on the CPU."""
     import os
     import platform
     import types
@@ -203,7 +203,7 @@ def _device_properties(device=None):
 ''',
     "_mem_get_info": '''\
 def _mem_get_info(device=None):
-    """(free, total) bytes of the device, as torch.cuda.mem_get_info; the host's memory on the CPU."""
+    """(free, total) bytes of the device; the host's memory on the CPU."""
     import os
 
     family = {family}

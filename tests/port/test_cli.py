@@ -11,7 +11,7 @@ from conftest import run_cli
 from npu_migrate.cli import main
 
 CUDA = "import torch\n\nx = torch.zeros(2).cuda()  # to the GPU\n"
-PORTED = "import torch\nimport npu_migrate as nm\n\nx = torch.zeros(2).to(nm.get_device())  # to the GPU\n"
+PORTED = "import torch\nimport npu_migrate as nm\n\nx = torch.zeros(2).to(nm.device_type())  # to the GPU\n"
 BROKEN = "import torch\nx = torch.zeros(2).cuda(\n"
 
 
@@ -73,7 +73,7 @@ def test_out_mirrors_the_tree_and_reports(tree: Path, tmp_path: Path) -> None:
     assert err[0].endswith("(copied unchanged)")
     assert "Traceback" not in result.stderr
     assert "1 changed, 2 unchanged, 1 failed" in err[-1]
-    assert "| 3:5 | NM001 | `torch.zeros(2).cuda()` | `torch.zeros(2).to(nm.get_device())` |" in report.read_text()
+    assert "| 3:5 | NM001 | `torch.zeros(2).cuda()` | `torch.zeros(2).to(nm.device_type())` |" in report.read_text()
     totals = json.loads(data.read_text())["totals"]
     assert (totals["changed"], totals["failed"], totals["copied"]) == (1, 1, 3)
 
@@ -97,7 +97,7 @@ def test_without_out_nothing_is_written_and_the_diff_is_printed(tree: Path, cli)
     assert _snapshot(tree) == before
     assert f"--- a/{tree}/train.py" in result.stdout
     assert "-x = torch.zeros(2).cuda()  # to the GPU" in result.stdout
-    assert "+x = torch.zeros(2).to(nm.get_device())  # to the GPU" in result.stdout
+    assert "+x = torch.zeros(2).to(nm.device_type())  # to the GPU" in result.stdout
     assert "dry run: nothing written" in result.stderr
 
 
@@ -130,7 +130,7 @@ def test_check_prints_one_finding_per_line_and_exits_1(tree: Path, cli) -> None:
     assert result.returncode == 1, result.stderr
     lines = result.stdout.strip().splitlines()
     assert lines == [
-        f"{tree}/train.py:3:5 NM001 torch.zeros(2).cuda() -> torch.zeros(2).to(nm.get_device())",
+        f"{tree}/train.py:3:5 NM001 torch.zeros(2).cuda() -> torch.zeros(2).to(nm.device_type())",
         f"{tree}/pkg/dp.py:2:5 NM108 torch.nn.DataParallel is single-process multi-device, which Ascend does not support",
     ]
 

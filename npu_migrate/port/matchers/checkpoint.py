@@ -37,11 +37,11 @@ def _map_location_value(value: cst.BaseExpression, ctx: Context) -> tuple[Option
             if attr == "cuda" and len(body.args) <= 1 and all(a.keyword is None for a in body.args):
                 if body.args:
                     return ctx.emit("get_device", [arg(a.value) for a in body.args]), ""
-                return ctx.emit("current_device"), ""
+                return ctx.emit("device_type"), ""
             # NM001 already turned `storage.cuda(i)` into `storage.to(<device>)`
             if attr == "to" and len(body.args) == 1 and (
                     ctx.is_emitted(body.args[0].value, "get_device") or ctx.is_emitted(body.args[0].value,
-                                                                                      "current_device")):
+                                                                                      "device_type")):
                 return body.args[0].value, ""
         if "cuda" in snippet(value):
             return None, "a map_location function that mentions cuda cannot be rewritten safely"

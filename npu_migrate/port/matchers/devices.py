@@ -6,7 +6,8 @@ Usage::
 
 The same matchers port Ascend-only input (``.npu()``, ``"npu:0"``) when called for the ``npu``
 family. A device without an index (``"cuda"``, ``.cuda()``) is the *current* device, as CUDA
-means it; ``"cuda:1"`` and ``.cuda(1)`` name an index. A value keeps the type the surrounding
+means it, so it becomes the family name (``nm.device_type()``, which torch also takes as a
+device) or ``torch.device(nm.device_type())``; ``"cuda:1"`` and ``.cuda(1)`` name an index. A value keeps the type the surrounding
 code expects: a ``torch.device`` where torch takes the device, a ``str`` where user code gets it.
 """
 
@@ -64,9 +65,10 @@ def device_value(node: cst.BaseExpression, ctx: Context, as_str: bool, family: s
 
 
 def _device(index: Optional[cst.BaseExpression], ctx: Context, as_str: bool) -> cst.BaseExpression:
-    if as_str:
-        return ctx.emit("device_type") if index is None else ctx.emit("device_str", index_args(index))
-    return ctx.emit("current_device") if index is None else ctx.emit("get_device", index_args(index))
+    # Without an index the family name is the current device, and torch takes it as a str as well.
+    if index is None:
+        return ctx.emit("device_type")
+    return ctx.emit("device_str", index_args(index)) if as_str else ctx.emit("get_device", index_args(index))
 
 
 # --------------------------------------------------------------------------- .cuda() / .npu()
@@ -131,6 +133,8 @@ def match_torch_device(node: cst.CSTNode, ctx: Context, family: str = "cuda") ->
     new = device_value(value, ctx, as_str=False, family=family)
     if new is None:
         return None
+    if ctx.is_emitted(new, "device_type"):
+        return Hit(ctx.emit("current_device"))  # torch.device("cuda"): still a torch.device
     if isinstance(value, cst.IfExp) and isinstance(new, cst.IfExp):
         return Hit(replace_arg_value(node, type_i, new))  # only the "cuda" branch changed
     return Hit(new)
