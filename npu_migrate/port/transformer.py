@@ -40,6 +40,7 @@ class Change:
     before: str
     after: str
     message: str = ""
+    cell: Optional[int] = None  # for notebooks: the code cell's index
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ class Finding:
     col: int
     message: str
     fix: str
+    cell: Optional[int] = None  # for notebooks: the code cell's index
 
 
 def _snippet(node: cst.CSTNode, limit: int = 100) -> str:

@@ -172,3 +172,60 @@ def test_list_rules(tmp_path: Path, cli) -> None:
     assert result.returncode == 0
     assert result.stdout.startswith("NM001  rewrite  cuda-method")
     assert "NM113  report" in result.stdout
+
+
+# --------------------------------------------------------------------------- large and strange files
+
+
+def test_non_python_files_are_streamed_never_read(tree: Path, tmp_path: Path, cli, monkeypatch) -> None:
+    """A checkpoint in the tree is copied by streaming: port never reads a non-Python file whole."""
+    (tree / "ckpt.pt").write_bytes(b"\x80" * (1 << 20))
+    real = Path.read_bytes
+
+    def guarded(self: Path) -> bytes:
+        assert self.suffix in (".py", ".ipynb"), f"{self} was read whole"
+        return real(self)
+
+    monkeypatch.setattr(Path, "read_bytes", guarded)
+    (tree / "pkg" / "broken.py").unlink()
+    out = tmp_path / "out"
+    assert cli("port", str(tree), "--out", str(out)).returncode == 0
+    monkeypatch.undo()
+    assert (out / "ckpt.pt").read_bytes() == (tree / "ckpt.pt").read_bytes()
+
+
+def test_binary_and_undecodable_python_files_are_reported_and_copied(tree: Path, tmp_path: Path, cli) -> None:
+    (tree / "pkg" / "broken.py").unlink()
+    (tree / "blob.py").write_bytes(b"\x7fELF\x00\x01\x02 cuda")
+    (tree / "latin.py").write_bytes(b"# -*- coding: utf-8 -*-\nx = '\xff cuda'\n")
+    out = tmp_path / "out"
+    result = cli("port", str(tree), "--out", str(out))
+    assert result.returncode == 1
+    errors = [line for line in result.stderr.splitlines() if ": error: " in line]
+    assert errors == [
+        f"npu-migrate port: error: {tree}/blob.py: binary file (contains NUL bytes) (copied unchanged)",
+        f"npu-migrate port: error: {tree}/latin.py: cannot decode: 'utf-8' codec can't decode byte 0xff in position "
+        "29: invalid start byte (copied unchanged)",
+    ]
+    for name in ("blob.py", "latin.py"):
+        assert (out / name).read_bytes() == (tree / name).read_bytes()
+    assert "nm.device_type()" in (out / "train.py").read_text()  # the rest went on
+
+
+def test_symlink_loops_and_dangling_links_get_one_line_each(tree: Path, tmp_path: Path, cli) -> None:
+    (tree / "pkg" / "broken.py").unlink()
+    (tree / "loop_a.py").symlink_to(tree / "loop_b.py")
+    (tree / "loop_b.py").symlink_to(tree / "loop_a.py")
+    (tree / "gone.py").symlink_to(tree / "missing.py")
+    (tree / "pkg" / "up").symlink_to(tree, target_is_directory=True)  # a directory loop is not followed
+    out = tmp_path / "out"
+    result = cli("port", str(tree), "--out", str(out))
+    assert result.returncode == 1
+    errors = sorted(line for line in result.stderr.splitlines() if ": error: " in line)
+    assert errors == [
+        f"npu-migrate port: error: {tree}/gone.py: cannot read: No such file or directory",
+        f"npu-migrate port: error: {tree}/loop_a.py: cannot read: Too many levels of symbolic links",
+        f"npu-migrate port: error: {tree}/loop_b.py: cannot read: Too many levels of symbolic links",
+    ]
+    assert "Traceback" not in result.stderr
+    assert "nm.device_type()" in (out / "train.py").read_text()
