@@ -22,7 +22,7 @@ from npu_migrate.port import port_source
 
 HERE = Path(__file__).resolve().parent
 SCRIPTS = HERE / "scripts"
-SEEDS = Path("/work/shared/seeds")
+from port.seeds import SEEDS  # noqa: E402 - ../shared/seeds next to the repository
 
 LEFTOVERS = ("torch.cuda", ".cuda(", "nccl")
 
