@@ -150,6 +150,6 @@ def port_source(
         module = cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
         raise _syntax_error(source, exc) from None
-    new, changes, findings, changed = transform(module, rules, style, report_only, DEFERRED)
+    new, changes, findings, changed = transform(module, rules, style, report_only, DEFERRED, source)
     code = new.code if changed else source
     return PortResult(source, code, tuple(changes), tuple(findings))

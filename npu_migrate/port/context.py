@@ -19,8 +19,9 @@ helper functions the written code needs (decided from the emitted syntax trees, 
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 import libcst as cst
 from libcst.metadata import QualifiedName, QualifiedNameSource
@@ -175,6 +176,40 @@ def rename_keywords(args: Sequence[cst.Arg], renames: Mapping[str, str]) -> list
     return out
 
 
+_PLAIN_IMPORT = re.compile(r"^[ \t]*import[ \t]+([\w.]+(?:[ \t]*,[ \t]*[\w.]+)*)[ \t]*(?:#.*)?$", re.M)
+
+
+def plain_imports(source: str) -> frozenset[str]:
+    """Module names bound only by a plain ``import H`` and used only as ``H.attr`` anywhere in ``source``.
+
+    For these a name's meaning is its text (``torch.cuda.synchronize``), so the scope analysis can
+    be skipped; any other mention (a parameter, an assignment, ``as H``, a bare ``H`` in a
+    docstring) leaves the name to the scope analysis. Mentions after ``from`` and in comments are
+    ignored, except an assignment (``torch = ...``) anywhere.
+    """
+    heads = {name.strip().split(".")[0] for m in _PLAIN_IMPORT.finditer(source) for name in m.group(1).split(",")}
+    plain = set()
+    import_lines = [(m.start(), m.end()) for m in _PLAIN_IMPORT.finditer(source)]
+    for head in heads:
+        ok = True
+        for m in re.finditer(rf"(?<![\w.]){re.escape(head)}\b", source):
+            if any(a <= m.start() < b for a, b in import_lines):
+                continue
+            if re.search(r"\bfrom[ \t]+$", source[max(0, m.start() - 20):m.start()]):
+                continue  # `from torch import nn` binds nn, not torch
+            if re.match(r"[ \t]*(=[^=]|:=)", source[m.end():m.end() + 4]):
+                ok = False  # an assignment, even after a "#" inside a string
+                break
+            if "#" in source[source.rfind("\n", 0, m.start()) + 1:m.start()]:
+                continue  # prose in a comment
+            if not source.startswith(".", m.end()):
+                ok = False
+                break
+        if ok:
+            plain.add(head)
+    return frozenset(plain)
+
+
 class Context:
     """What a matcher may ask: resolved names, the enclosing nodes, and :meth:`emit`.
 
@@ -198,14 +233,49 @@ class Context:
         self.rewritten_heads: set[str] = set()  # names bound by imports whose uses were rewritten
         self.own_device_methods: frozenset[str] = frozenset()  # "cuda"/"npu" when the file defines such a method
         self.dropped_imports: list[cst.CSTNode] = []  # imports to remove once nothing uses them
-        self._qual: dict[int, tuple[cst.CSTNode, str, str]] = {}
+        self.import_heads: set[str] = set()  # local names imports of report-only APIs bound (cp for cupy)
+        self._origin: dict[int, tuple[cst.CSTNode, cst.CSTNode]] = {}  # id(node) -> (node, original node)
+        self._resolved: dict[int, tuple[str, str]] = {}  # id(original) -> (qualname, binding)
+        self._scopes: Optional[Callable[[], Mapping[cst.CSTNode, Any]]] = None
+        # Heads whose every mention is `import H` or `H.attr`: bound by that import alone (see plain_imports)
+        self.plain_import_heads: frozenset[str] = frozenset()
+        self._scope_map: Optional[Mapping[cst.CSTNode, Any]] = None
         self._emitted: dict[int, tuple[str, cst.CSTNode]] = {}
 
     # -- names
 
-    def note_qualname(self, node: cst.CSTNode, name: str, binding: str) -> None:
-        """Record what ``node`` (a node of the tree being built) refers to; called by the transformer."""
-        self._qual[id(node)] = (node, name, binding)
+    def use_scopes(self, scopes: Callable[[], Mapping[cst.CSTNode, Any]]) -> None:
+        """Give the function that computes libcst's ScopeProvider map; it runs on the first question."""
+        self._scopes = scopes
+
+    def note_origin(self, node: cst.CSTNode, original: cst.CSTNode) -> None:
+        """Record that ``node`` (in the tree being built) is ``original`` (in the parsed tree) ported."""
+        self._origin[id(node)] = (node, original)
+        self._origin[id(original)] = (original, original)
+
+    def _resolve(self, node: cst.CSTNode) -> Optional[tuple[str, str]]:
+        entry = self._origin.get(id(node))
+        if entry is None or entry[0] is not node:
+            return None
+        original = entry[1]
+        done = self._resolved.get(id(original))
+        if done is not None:
+            return done
+        text = dotted(original)
+        if text is None:
+            return None
+        head = text.split(".")[0]
+        if head in self.plain_import_heads:
+            done = self._resolved[id(original)] = (text, "import")
+            return done
+        if self._scope_map is None:
+            # Scope analysis runs only once a matcher asks about a name, i.e. only in files with a
+            # real candidate; a file that merely mentions "cuda" in a docstring never pays for it.
+            self._scope_map = self._scopes() if self._scopes is not None else {}
+        scope = self._scope_map.get(original)
+        names = scope.get_qualified_names_for(original) if scope is not None else ()
+        done = self._resolved[id(original)] = resolve(names, text)
+        return done
 
     def qualname(self, node: cst.CSTNode) -> Optional[str]:
         """What a name or attribute chain refers to.
@@ -216,15 +286,13 @@ class Context:
             the head (``def f(torch): torch.cuda...``); the text itself when nothing in the file
             binds it; ``None`` for anything that is not a dotted name.
         """
-        entry = self._qual.get(id(node))
-        if entry is not None and entry[0] is node:
-            return entry[1]
-        return dotted(node)
+        done = self._resolve(node)
+        return done[0] if done is not None else dotted(node)
 
     def binding(self, node: cst.CSTNode) -> str:
         """How ``node``'s head name is bound: ``"import"``, ``"local"`` or ``"none"``."""
-        entry = self._qual.get(id(node))
-        return entry[2] if entry is not None and entry[0] is node else "none"
+        done = self._resolve(node)
+        return done[1] if done is not None else "none"
 
     def parent_qualname_startswith(self, prefix: str) -> bool:
         """Whether the parent is a longer dotted name that also starts with ``prefix``."""

@@ -18,15 +18,16 @@ with libcst's ``AddImportsVisitor`` and drops the imports they made unused with
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional, Sequence
 
 import libcst as cst
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor, ImportItem, RemoveImportsVisitor
-from libcst.metadata import ClassScope, MetadataWrapper, PositionProvider, QualifiedNameProvider, ScopeProvider
+from libcst.metadata import MetadataWrapper, PositionProvider, ScopeProvider
 
-from npu_migrate.port.context import Context, Hit, NoEquivalent, Rule, dotted, resolve
+from npu_migrate.port.context import Context, Hit, NoEquivalent, Rule, dotted, plain_imports
 from npu_migrate.port.targets import HELPERS, NM_ALIAS, NM_MODULE, helper_source
 
 
@@ -87,12 +88,10 @@ class _Rename(cst.CSTTransformer):
 class PortTransformer(cst.CSTTransformer):
     """Apply ``rules`` to a module; :func:`transform` adds the positions of what it recorded."""
 
-    def __init__(self, rules: Iterable[Rule], qualnames: Any, ctx: Context,
-                 deferred: frozenset[str] = frozenset()) -> None:
+    def __init__(self, rules: Iterable[Rule], ctx: Context, deferred: frozenset[str] = frozenset()) -> None:
         super().__init__()
         self.deferred = deferred
         self.ctx = ctx
-        self.qualnames = qualnames
         self.by_type: dict[type, list[Rule]] = {}
         for rule in rules:
             for node_type in rule.nodes:
@@ -127,14 +126,7 @@ class PortTransformer(cst.CSTTransformer):
         elif node_type is cst.Name or node_type is cst.Attribute:
             if node_type is cst.Name and not _is_reference(original_node, parent):  # type: ignore[arg-type]
                 return updated_node
-            names = self.qualnames.get(original_node)
-            if names is not None and not isinstance(names, (set, frozenset)):
-                names = names()  # libcst >= 1.2 computes some qualified names lazily
-            text = dotted(original_node)
-            if text is not None:
-                qual, binding = resolve(names or (), text)
-                ctx.note_qualname(updated_node, qual, binding)
-                ctx.note_qualname(original_node, qual, binding)
+            ctx.note_origin(updated_node, original_node)
         elif node_type is cst.Module:
             return updated_node
         rules = self.by_type.get(node_type)
@@ -192,6 +184,23 @@ def _binds_npu_migrate(node: cst.CSTNode, name: str) -> bool:
         if dotted(alias.name) == NM_MODULE and alias.asname is None and name == NM_MODULE:
             return True
     return False
+
+
+def _own_methods(module: cst.Module, names: Sequence[str]) -> set[str]:
+    """Which of ``names`` a class in the module defines as a method (``def cuda(self)``)."""
+    found: set[str] = set()
+
+    class _Classes(cst.CSTVisitor):
+        def visit_ClassDef(self, node: cst.ClassDef) -> None:
+            for stmt in node.body.body if isinstance(node.body, cst.IndentedBlock) else ():
+                if isinstance(stmt, cst.FunctionDef) and stmt.name.value in names:
+                    found.add(stmt.name.value)
+
+        def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
+            return False  # no class is defined inside a simple statement
+
+    module.visit(_Classes())
+    return found
 
 
 def _value(value: Any) -> Any:
@@ -329,7 +338,7 @@ def _deferred_findings(transformer: PortTransformer, module: cst.Module) -> None
 
 def transform(
     module: cst.Module, rules: Iterable[Rule], style: str = "npu_migrate", report_only: bool = False,
-    deferred: frozenset[str] = frozenset(),
+    deferred: frozenset[str] = frozenset(), source: Optional[str] = None,
 ) -> tuple[cst.Module, list[Change], list[Finding], bool]:
     """Port ``module`` with ``rules``.
 
@@ -339,17 +348,25 @@ def transform(
         style: ``"npu_migrate"`` or ``"torch"``.
         report_only: report what would be rewritten instead of rewriting it (``npu-migrate check``).
         deferred: codes of report-only rules judged on the ported tree (a leftover literal).
+        source: the module's text, if at hand: lets text checks skip work (is ``nm`` mentioned at
+            all? does a class define ``cuda()``?); the tree decides whenever they pass.
 
     Returns:
         The new module, the changes, the findings (sorted by position) and whether anything changed.
     """
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    qualnames = wrapper.resolve(QualifiedNameProvider)
-    scopes = list({id(s): s for s in map(_value, wrapper.resolve(ScopeProvider).values()) if s is not None}.values())
-    ctx = Context(style, _choose_alias(scopes) if style == "npu_migrate" else NM_ALIAS)
-    ctx.own_device_methods = frozenset(
-        name for name in ("cuda", "npu") for s in scopes if isinstance(s, ClassScope) and s.assignments[name])
-    transformer = PortTransformer(rules, qualnames, ctx, deferred)
+    alias = NM_ALIAS
+    if style == "npu_migrate" and (source is None or re.search(rf"\b{NM_ALIAS}\b", source)):
+        # The text says `nm` may be taken: ask the scopes who binds or reads it.
+        scopes = list({id(s): s for s in map(_value, wrapper.resolve(ScopeProvider).values()) if s is not None}.values())
+        alias = _choose_alias(scopes)
+    ctx = Context(style, alias)
+    ctx.use_scopes(lambda: wrapper.resolve(ScopeProvider))
+    if source is not None:
+        ctx.plain_import_heads = plain_imports(source)
+    if source is None or re.search(r"def\s+(cuda|npu)\s*\(", source):
+        ctx.own_device_methods = frozenset(_own_methods(module, ("cuda", "npu")))
+    transformer = PortTransformer(rules, ctx, deferred)
     new = module.visit(transformer)
     _deferred_findings(transformer, new)
     changes: list[Change] = []

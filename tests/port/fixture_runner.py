@@ -7,7 +7,8 @@ holds the checkpoints the snippets load, in a one-process gloo/hccl group on 127
 the snippet itself when it calls ``init_process_group``). A fixture whose first line is
 ``# exec: raises NAME...`` is expected to raise one of those exceptions (a report-only rule whose
 code stays CUDA-only): the test checks it does; ``# exec: may raise NAME...`` allows it (Triton
-runs where it is installed).
+runs where it is installed); ``# exec: needs torch.amp.GradScaler`` skips it where torch lacks an
+API the fixture's own (unported) code uses.
 
 Used in-process by tests/port/test_fixtures.py (CPU tier) and as a child process with the
 torch_npu stand-in first on ``PYTHONPATH`` (simulated-NPU tier); results are written as JSON.
@@ -61,6 +62,14 @@ def run_one(code: str, name: str) -> dict[str, str]:
     import torch
     import torch.distributed as dist
 
+    needs = re.match(r"# exec: needs ([\w.]+)", code)
+    if needs:
+        import importlib
+
+        module, _, attr = needs.group(1).rpartition(".")
+        if not hasattr(importlib.import_module(module), attr):
+            return {"status": "skipped", "error": f"the fixture's own code needs {needs.group(1)}, which torch "
+                                                  f"{torch.__version__} lacks"}
     expected = re.match(r"# exec: (may )?raises? ([\w ]+)", code)
     optional = bool(expected and expected.group(1))
     expected_names = set(expected.group(2).split()) if expected else set()

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from port.marks import torch_style_runs
 from conftest import child_env
 from npu_migrate.port import PortSyntaxError, port_source
 from npu_migrate.port.report import FileResult, to_json, to_markdown
@@ -117,6 +118,7 @@ def test_torch_style_inserts_helpers_once_and_no_npu_migrate() -> None:
     assert "n = _accelerator_module().device_count()" in out
 
 
+@torch_style_runs
 def test_torch_style_helpers_run_on_cpu() -> None:
     src = ("import torch\nx = torch.ones(2).cuda()\nn = torch.cuda.device_count()\n"
            "torch.cuda.set_device(0)\nok = torch.cuda.is_available()\nb = None\n"
@@ -202,6 +204,7 @@ def test_json_report_has_every_change_and_finding() -> None:
     assert [c["code"] for c in first["changes"]] == ["NM004", "NM006", "NM001"]
     assert first["findings"][0] == {"code": "NM109", "line": 12, "col": 4,
                                     "message": "comparison with 'cuda' is False on NPUs and CPUs",
-                                    "fix": "compare with nm.device_type() (or nm.default_backend())"}
+                                    "fix": "compare with nm.device_type() (or nm.default_backend())",
+                                    "cell": None}
     assert data["totals"]["changes_by_rule"] == {"NM001": 1, "NM004": 1, "NM006": 1}
     assert data["totals"]["failed"] == 1

@@ -18,7 +18,7 @@ from typing import Optional
 
 import libcst as cst
 
-from npu_migrate.cuda_api import classify, normalize
+from npu_migrate.cuda_api import CUDA_API, classify, normalize
 from npu_migrate.port.context import Context, Hit
 from npu_migrate.port.matchers.common import dotted, to_keywords
 from npu_migrate.port.targets import TARGETS
@@ -66,9 +66,20 @@ def _accepts_args(op: str, style: str) -> bool:
     return "ARGS" in template or "ARG0" in template
 
 
+def _candidate(func: cst.BaseExpression, last_names: frozenset[str]) -> bool:
+    """A cheap look before any scope question: the callee's text names a device API."""
+    text = dotted(func)
+    return text is not None and ("cuda" in text or "npu" in text or text.rpartition(".")[2] in last_names)
+
+
+_MAPPED_LAST = frozenset(api.name.rpartition(".")[2] for api in CUDA_API.values() if api.kind == "mapped")
+
+
 def match_api(node: cst.CSTNode, ctx: Context, families: tuple[str, ...] = ("cuda",)) -> Optional[Hit]:
     """NM004 (``torch.cuda.*``) and NM021 (``torch.npu.*``, ``torch_npu.npu.*``) calls."""
     assert isinstance(node, cst.Call)
+    if not _candidate(node.func, _MAPPED_LAST):
+        return None
     qual = ctx.qualname(node.func)
     if qual is None or ctx.binding(node.func) != "import" or normalize(qual) is None:
         return None
@@ -107,6 +118,8 @@ def match_cuda_api(node: cst.CSTNode, ctx: Context) -> Optional[Hit]:
 def match_amp(node: cst.CSTNode, ctx: Context, families: tuple[str, ...] = ("cuda",)) -> Optional[Hit]:
     """NM005: ``torch.cuda.amp.autocast(...)`` and ``torch.cuda.amp.GradScaler(...)``."""
     assert isinstance(node, cst.Call)
+    if not _candidate(node.func, _MAPPED_LAST):
+        return None
     qual = ctx.qualname(node.func)
     if qual is None or ctx.binding(node.func) != "import" or normalize(qual) is None:
         return None
@@ -125,6 +138,9 @@ def match_amp(node: cst.CSTNode, ctx: Context, families: tuple[str, ...] = ("cud
 def match_unmapped(node: cst.CSTNode, ctx: Context) -> Optional[Hit]:
     """NM112: ``torch.cuda`` (and ``torch.npu``) APIs the table does not map, with its advice."""
     if ctx.in_import:
+        return None
+    text = dotted(node)
+    if text is None or not ("cuda" in text or "npu" in text):
         return None
     qual = ctx.qualname(node)
     if qual is None or ctx.binding(node) != "import":

@@ -12,7 +12,7 @@ from typing import Optional
 import libcst as cst
 
 from npu_migrate.port.context import Context, Hit
-from npu_migrate.port.matchers.common import arg, keyword_index, positional, replace_arg_value, snippet
+from npu_migrate.port.matchers.common import arg, dotted, keyword_index, positional, replace_arg_value, snippet
 from npu_migrate.port.matchers.devices import device_value
 
 
@@ -53,7 +53,7 @@ def match_map_location(node: cst.CSTNode, ctx: Context) -> Optional[Hit]:
     """NM008."""
     assert isinstance(node, cst.Call)
     i = keyword_index(node, "map_location")
-    if i is None and ctx.qualname(node.func) == "torch.load":
+    if i is None and (dotted(node.func) or "").endswith("load") and ctx.qualname(node.func) == "torch.load":
         pos = positional(node)
         i = pos[1] if len(pos) > 1 else None
     if i is None:

@@ -31,6 +31,14 @@ _INDEX_NAME_RE = re.compile(r"^(local_|global_)?(rank|gpu)(_?(id|idx|index|num))
 _DEVICE_METHODS = frozenset({"to", "new_tensor", "new_zeros", "new_ones", "new_empty", "new_full", "type"})
 # Calls whose first positional argument is a device type string.
 _DEVICE_TYPE_FIRST_ARG = ("torch.autocast", "torch.amp.autocast", "torch.amp.GradScaler", "torch.get_device_module")
+_DEVICE_TYPE_FIRST_NAMES = frozenset(q.rpartition(".")[2] for q in _DEVICE_TYPE_FIRST_ARG)
+
+
+def _is_device_expr(node: cst.BaseExpression, family: str) -> bool:
+    """Whether ``node`` is a device string of ``family`` (or a conditional choosing one); no side effects."""
+    if isinstance(node, cst.IfExp):
+        return device_spec(node.body, family) is not None
+    return device_spec(node, family) is not None
 
 
 def availability_test(node: cst.BaseExpression, ctx: Context, family: str = "cuda") -> bool:
@@ -116,7 +124,9 @@ def match_cuda_method(node: cst.CSTNode, ctx: Context) -> Optional[Hit]:
 def match_torch_device(node: cst.CSTNode, ctx: Context, family: str = "cuda") -> Optional[Hit]:
     """NM002: ``torch.device("cuda")``, ``torch.device("cuda", i)``, ``torch.device(f"cuda:{i}")``."""
     assert isinstance(node, cst.Call)
-    if ctx.qualname(node.func) != "torch.device" or not node.args:
+    if not node.args or (dotted(node.func) or "").rpartition(".")[2] != "device":
+        return None
+    if ctx.qualname(node.func) != "torch.device":
         return None
     pos = positional(node)
     type_i = pos[0] if pos else keyword_index(node, "type")
@@ -161,14 +171,17 @@ def _match_device_string_call(node: cst.Call, ctx: Context, family: str) -> Opti
         value = device_value(node.args[pos[0]].value, ctx, as_str=False, family=family)
         if value is not None:
             new = replace_arg_value(new, pos[0], value)
-    qual = ctx.qualname(func)
-    if qual in _DEVICE_TYPE_FIRST_ARG and pos and string_value(node.args[pos[0]].value) == family:
+    if pos and string_value(node.args[pos[0]].value) == family and \
+            (dotted(func) or "").rpartition(".")[2] in _DEVICE_TYPE_FIRST_NAMES and \
+            ctx.qualname(func) in _DEVICE_TYPE_FIRST_ARG:
         new = replace_arg_value(new, pos[0], ctx.emit("device_type"))
     for i, a in enumerate(node.args):
         if a.keyword is None:
             continue
         name = a.keyword.value
         if name == "device":
+            if not _is_device_expr(a.value, family):
+                continue
             value = device_value(a.value, ctx, as_str=not _takes_torch_device(node, ctx), family=family)
         elif name == "device_type" and string_value(a.value) == family:
             value = ctx.emit("device_type")

@@ -14,7 +14,7 @@ import libcst as cst
 
 from npu_migrate.port.context import Context, Hit
 from npu_migrate.port.matchers.common import (
-    arg, assign_target_names, is_add_argument, keyword_index, last_name, positional, replace_arg_value, string_value,
+    arg, dotted, assign_target_names, is_add_argument, keyword_index, last_name, positional, replace_arg_value, string_value,
 )
 from npu_migrate.port.matchers.devices import availability_test
 
@@ -69,6 +69,9 @@ def match_nccl(node: cst.CSTNode, ctx: Context) -> Optional[Hit]:
 def match_ddp(node: cst.CSTNode, ctx: Context) -> Optional[Hit]:
     """NM007: DDP ``device_ids=[i]`` and ``output_device=i`` (the CPU needs ``None``)."""
     assert isinstance(node, cst.Call)
+    text = dotted(node.func) or ""
+    if not (text.endswith("DistributedDataParallel") or text.rpartition(".")[2] == "DDP"):
+        return None
     qual = ctx.qualname(node.func) or ""
     if not (qual.endswith("DistributedDataParallel") or qual.rpartition(".")[2] == "DDP"):
         return None
@@ -100,7 +103,8 @@ def match_ddp(node: cst.CSTNode, ctx: Context) -> Optional[Hit]:
 def match_visible_devices(node: cst.CSTNode, ctx: Context) -> Optional[Hit]:
     """NM010: ``os.environ["CUDA_VISIBLE_DEVICES"]`` and friends."""
     if isinstance(node, cst.Subscript):
-        if ctx.qualname(node.value) != "os.environ" or len(node.slice) != 1:
+        if not (dotted(node.value) or "").endswith("environ") or len(node.slice) != 1 or \
+                ctx.qualname(node.value) != "os.environ":
             return None
         index = node.slice[0].slice
         if isinstance(index, cst.Index) and string_value(index.value) == VISIBLE_DEVICES:
@@ -114,7 +118,7 @@ def match_visible_devices(node: cst.CSTNode, ctx: Context) -> Optional[Hit]:
             return Hit(node.with_changes(left=ctx.emit("visible_devices_env")))
         return None
     assert isinstance(node, cst.Call)
-    if ctx.qualname(node.func) in _ENVIRON_CALLS and node.args and string_value(node.args[0].value) == VISIBLE_DEVICES:
+    if node.args and string_value(node.args[0].value) == VISIBLE_DEVICES and ctx.qualname(node.func) in _ENVIRON_CALLS:
         return Hit(replace_arg_value(node, 0, ctx.emit("visible_devices_env")))
     return None
 

@@ -14,7 +14,7 @@ from typing import Optional
 import libcst as cst
 
 from npu_migrate.port.context import Context, Hit, Matcher
-from npu_migrate.port.matchers.common import is_device_literal, string_value
+from npu_migrate.port.matchers.common import dotted, is_device_literal, string_value
 
 
 def _imported_names(node: cst.CSTNode) -> list[str]:
@@ -34,16 +34,43 @@ def _imported_names(node: cst.CSTNode) -> list[str]:
     return []
 
 
+def _bound_names(node: cst.CSTNode, prefixes: tuple[str, ...]) -> set[str]:
+    """The local names an import binds to something under ``prefixes`` (``import cupy as cp`` -> cp)."""
+    out: set[str] = set()
+    if isinstance(node, cst.Import):
+        for alias in node.names:
+            full = dotted(alias.name) or ""
+            if any(full == p or full.startswith(p + ".") or p.startswith(full + ".") for p in prefixes):
+                out.add(alias.evaluated_alias or full.split(".")[0])
+    elif isinstance(node, cst.ImportFrom) and not node.relative and node.module is not None \
+            and not isinstance(node.names, cst.ImportStar):
+        module = dotted(node.module) or ""
+        for alias in node.names:
+            full = f"{module}.{alias.evaluated_name}"
+            if any(full == p or full.startswith(p + ".") or p.startswith(full + ".") for p in prefixes):
+                out.add(alias.evaluated_alias or alias.evaluated_name)
+    return out
+
+
 def reference_matcher(prefixes: tuple[str, ...], message: str) -> Matcher:
     """Report imports from ``prefixes`` and names that resolve to one of them."""
+    lasts = tuple(p.rpartition(".")[2] for p in prefixes)
 
     def match(node: cst.CSTNode, ctx: Context) -> Optional[Hit]:
         if isinstance(node, (cst.Import, cst.ImportFrom)):
+            ctx.import_heads.update(_bound_names(node, prefixes))
             for module in _imported_names(node):
                 if any(module == p or module.startswith(p + ".") for p in prefixes):
                     return Hit(None, message.format(name=module))
             return None
-        if ctx.in_import or ctx.binding(node) != "import":
+        text = dotted(node)
+        if ctx.in_import or text is None:
+            return None
+        # A cheap look first: the text names the API, or its head is a name an import of it bound.
+        head = text.split(".")[0]
+        if not (head in ctx.import_heads or any(last in text for last in lasts)):
+            return None
+        if ctx.binding(node) != "import":
             return None  # a name counts only where an import bound it
         qual = ctx.qualname(node)
         if qual is not None and qual in prefixes:
@@ -75,7 +102,7 @@ def match_float64(node: cst.CSTNode, ctx: Context) -> Optional[Hit]:
         if isinstance(node.func, cst.Attribute) and node.func.attr.value == "double" and not node.args:
             return Hit(None, ".double() makes float64 tensors, which Ascend NPUs do not compute in")
         return None
-    if ctx.in_import or ctx.binding(node) != "import":
+    if ctx.in_import or not (dotted(node) or "").endswith(("float64", "double")) or ctx.binding(node) != "import":
         return None
     qual = ctx.qualname(node)
     if qual in ("torch.float64", "torch.double"):
