@@ -11,8 +11,14 @@ Usage::
     for f in result.findings:
         print(f"{f.line}:{f.col} {f.code} {f.message} ({f.fix})")
 
-The rules are the table in :mod:`npu_migrate.port.rules`; the command line is in
-:mod:`npu_migrate.port.cli` and the reports in :mod:`npu_migrate.port.report`.
+The rules are the table in :mod:`npu_migrate.port.rules` (matchers by area in
+:mod:`npu_migrate.port.matchers`, the matcher API in :mod:`npu_migrate.port.context`, what each
+``torch.cuda`` API becomes in :mod:`npu_migrate.cuda_api`); notebooks are
+:mod:`npu_migrate.port.notebook`; the command line is :mod:`npu_migrate.port.cli` and the reports
+:mod:`npu_migrate.port.report`.
+
+Only files in which the text prefilter (each rule's trigger patterns) finds a candidate are
+parsed and get scope analysis; the others are only syntax-checked.
 """
 
 from __future__ import annotations
@@ -27,7 +33,9 @@ from typing import Optional, Sequence
 import libcst as cst
 
 from npu_migrate.errors import NpuMigrateError
-from npu_migrate.port.rules import RULES, STYLES, Rule, select_rules
+from npu_migrate.port.context import Rule
+from npu_migrate.port.rules import DEFERRED, RULES, select_rules
+from npu_migrate.port.targets import STYLES
 from npu_migrate.port.transformer import Change, Finding, transform
 
 __all__ = ["Change", "Finding", "PortResult", "PortSyntaxError", "RULES", "Rule", "port_source"]
@@ -71,10 +79,10 @@ class PortResult:
 
 
 @functools.lru_cache(maxsize=64)
-def _rules_for(select: Optional[tuple[str, ...]], ignore: Optional[tuple[str, ...]]) -> tuple[tuple[Rule, ...], tuple[str, ...]]:
+def _rules_for(select: Optional[tuple[str, ...]], ignore: Optional[tuple[str, ...]]) -> tuple[tuple[Rule, ...], re.Pattern[str]]:
     rules = select_rules(select, ignore)
-    triggers = tuple(sorted({t for r in rules for t in r.triggers}))
-    return rules, triggers
+    triggers = sorted({t for r in rules for t in r.triggers})
+    return rules, re.compile("|".join(f"(?:{t})" for t in triggers) or "(?!)")
 
 
 def _syntax_ok(source: str) -> bool:
@@ -136,12 +144,12 @@ def port_source(
     if style not in STYLES:
         raise ValueError(f"Unknown style {style!r}. Expected one of: {', '.join(STYLES)}.")
     rules, triggers = _rules_for(tuple(select) if select else None, tuple(ignore) if ignore else None)
-    if not any(t in source for t in triggers) and _syntax_ok(source):
+    if triggers.search(source) is None and _syntax_ok(source):
         return PortResult(source, source, parsed=False)
     try:
         module = cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
         raise _syntax_error(source, exc) from None
-    new, changes, findings, changed = transform(module, rules, style, report_only)
+    new, changes, findings, changed = transform(module, rules, style, report_only, DEFERRED, source)
     code = new.code if changed else source
     return PortResult(source, code, tuple(changes), tuple(findings))

@@ -7,6 +7,7 @@ Usage::
     npu-migrate port src/ --in-place               # rewrite in place; every changed file keeps a .orig
     npu-migrate port src/ --out p/ --report port.md --json port.json --style torch
     npu-migrate check src/                         # path:line:col NMxxx message; exit 1 if any
+    npu-migrate port nb.ipynb --out ported/         # notebooks: code cells ported, the rest kept
     npu-migrate port --list-rules
 
 Exit codes: 0 fine; 1 a file failed to parse (it is reported and copied unchanged), or ``check``
@@ -35,8 +36,8 @@ from npu_migrate.port import PortSyntaxError, port_source
 from npu_migrate.port.report import FileResult, to_json, to_markdown, totals
 from npu_migrate.port.rules import RULES, STYLES, select_rules
 
-_SKIP_DIRS = {".git", ".hg", ".svn", "__pycache__"}
-_PYTHON_SUFFIXES = (".py",)
+_SKIP_DIRS = {".git", ".hg", ".svn", "__pycache__", ".ipynb_checkpoints"}
+_PYTHON_SUFFIXES = (".py", ".ipynb")
 
 
 class UsageError(Exception):
@@ -47,7 +48,8 @@ class UsageError(Exception):
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("paths", nargs="*", metavar="PATH", help="Python files or directories to read.")
+    p.add_argument("paths", nargs="*", metavar="PATH",
+                   help="Python files, notebooks (.ipynb) or directories to read.")
     p.add_argument("--select", metavar="CODES", default="",
                    help="Comma-separated rule codes or prefixes to apply, e.g. NM001,NM1 (default: all).")
     p.add_argument("--ignore", metavar="CODES", default="",
@@ -119,7 +121,7 @@ def _collect(paths: Sequence[str], out: Optional[Path]) -> list[tuple[Path, str,
         if root.is_file():
             files.append((root, given, top + root.name if prefix_names else root.name))
             continue
-        for dirpath, dirnames, filenames in os.walk(root):
+        for dirpath, dirnames, filenames in os.walk(root):  # does not follow links to directories: no loops
             dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
             for name in sorted(filenames):
                 full = Path(dirpath, name)
@@ -149,9 +151,18 @@ def port_file(path: str, shown: str, rel: str, style: str, select: Sequence[str]
     Returns:
         The result; ``failed`` with a one-line reason when the file does not decode or parse.
     """
-    data = Path(path).read_bytes()
-    if not path.endswith(_PYTHON_SUFFIXES):
-        return FileResult(shown, rel, "copied", size=len(data))
+    try:
+        if not path.endswith(_PYTHON_SUFFIXES):
+            # Other files are only copied (by streaming, in _write_out): never read them here, so a
+            # checkpoint of many GB in the tree costs no memory.
+            return FileResult(shown, rel, "copied", size=os.stat(path).st_size)
+        data = Path(path).read_bytes()
+    except OSError as exc:  # a symlink loop, a dangling link, no permission: one line, the rest goes on
+        return FileResult(shown, rel, "failed", f"cannot read: {exc.strerror or exc}", unreadable=True)
+    if b"\0" in data:
+        return FileResult(shown, rel, "failed", "binary file (contains NUL bytes)", size=len(data))
+    if path.endswith(".ipynb"):
+        return _port_notebook_file(data, shown, rel, style, select, ignore, report_only)
     try:
         text, encoding = _decode(data)
     except (SyntaxError, UnicodeDecodeError, LookupError) as exc:
@@ -167,6 +178,26 @@ def port_file(path: str, shown: str, rel: str, style: str, select: Sequence[str]
         return FileResult(shown, rel, "unchanged", changes=result.changes, findings=result.findings, size=len(data))
     return FileResult(shown, rel, "changed", changes=result.changes, findings=result.findings, size=len(data),
                       output=result.code.encode(encoding), source_text=text, output_text=result.code)
+
+
+def _port_notebook_file(data: bytes, shown: str, rel: str, style: str, select: Sequence[str],
+                        ignore: Sequence[str], report_only: bool) -> FileResult:
+    from npu_migrate.port.notebook import NotebookError, port_notebook
+
+    try:
+        text = data.decode("utf-8")
+        result = port_notebook(text, style=style, select=select or None, ignore=ignore or None,
+                               report_only=report_only)
+    except UnicodeDecodeError as exc:
+        return FileResult(shown, rel, "failed", f"cannot decode: {exc.reason} (notebooks are UTF-8)", size=len(data))
+    except NotebookError as exc:
+        return FileResult(shown, rel, "failed", str(exc), size=len(data))
+    notes = "; ".join(f"cell {cell} left as it is: {why}" for cell, why in result.skipped)
+    if not result.changed:
+        return FileResult(shown, rel, "unchanged", notes, changes=result.changes, findings=result.findings,
+                          size=len(data))
+    return FileResult(shown, rel, "changed", notes, changes=result.changes, findings=result.findings, size=len(data),
+                      output=result.text.encode("utf-8"), source_text=text, output_text=result.text)
 
 
 def _port_job(job: tuple) -> FileResult:
@@ -194,13 +225,15 @@ def _write_atomic(path: Path, data: bytes, like: Optional[Path] = None) -> None:
 
 def _write_out(files: Sequence[tuple[Path, str, str]], results: Sequence[FileResult], out: Path) -> None:
     for (src, _, rel), result in zip(files, results):
+        if result.unreadable:
+            continue  # reported already; there is nothing to copy
         dest = out / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
         if result.output is not None:
             _write_atomic(dest, result.output, like=src)
             shutil.copystat(src, dest)
         else:
-            shutil.copy2(src, dest)
+            shutil.copy2(src, dest)  # streams (sendfile or copyfileobj): never the whole file in memory
 
 
 def _write_in_place(files: Sequence[tuple[Path, str, str]], results: Sequence[FileResult]) -> None:
@@ -228,7 +261,8 @@ def _print_rules() -> None:
 
 
 def _finding_lines(results: Sequence[FileResult]) -> list[str]:
-    return [f"{r.path}:{f.line}:{f.col} {f.code} {f.message}" for r in results for f in r.findings]
+    return [f"{r.path}:{'' if f.cell is None else f'cell {f.cell}:'}{f.line}:{f.col} {f.code} {f.message}"
+            for r in results for f in r.findings]
 
 
 def _write_reports(args: argparse.Namespace, results: Sequence[FileResult]) -> None:
@@ -273,8 +307,11 @@ def _run(args: argparse.Namespace) -> int:
     _write_reports(args, results)
     failed = [r for r in results if r.status == "failed"]
     for r in failed:
-        kept = " (copied unchanged)" if out is not None else ""
+        kept = " (copied unchanged)" if out is not None and not r.unreadable else ""
         print(f"npu-migrate {args.mode}: error: {r.path}: {r.error}{kept}", file=sys.stderr)
+    for r in results:
+        if r.status != "failed" and r.error:
+            print(f"npu-migrate {args.mode}: note: {r.path}: {r.error}", file=sys.stderr)
     if args.mode == "check":
         lines = _finding_lines(results)
         if lines:

@@ -29,13 +29,14 @@ class FileResult:
         rel: the path relative to its input root (where ``--out`` puts it).
         status: ``changed``, ``unchanged``, ``failed`` (did not parse or decode; copied as it is) or
             ``copied`` (not Python).
-        error: for ``failed``, the one-line reason.
+        error: for ``failed``, the one-line reason; otherwise a note (notebook cells left alone).
         changes: the rewrites.
         findings: the sites that need a human.
         size: input size in bytes.
         output: the ported bytes, for ``changed`` files only.
         source_text: the decoded input, for ``changed`` files only (for the diff).
         output_text: the decoded output, for ``changed`` files only (for the diff).
+        unreadable: the file could not be read at all (nothing to copy).
     """
 
     path: str
@@ -48,6 +49,7 @@ class FileResult:
     output: Optional[bytes] = field(default=None, repr=False)
     source_text: Optional[str] = field(default=None, repr=False)
     output_text: Optional[str] = field(default=None, repr=False)
+    unreadable: bool = False
 
 
 def totals(results: Sequence[FileResult]) -> dict[str, Any]:
@@ -83,6 +85,11 @@ def to_json(results: Sequence[FileResult], style: str) -> dict[str, Any]:
         })
     return {"style": style, "files": files, "totals": totals(results),
             "rules": {r.code: r.summary for r in RULES}}
+
+
+def _where(item: Change | Finding) -> str:
+    """``line:col``, or ``cell N:line:col`` in a notebook."""
+    return f"{'' if item.cell is None else f'cell {item.cell}:'}{item.line}:{item.col}"
 
 
 def _cell(text: str) -> str:
@@ -124,11 +131,11 @@ def to_markdown(results: Sequence[FileResult], style: str) -> str:
             out += ["### Changes", "", "| Line | Rule | Before | After |", "|---:|---|---|---|"]
             for c in r.changes:
                 note = f" ({_cell(c.message)})" if c.message else ""
-                out.append(f"| {c.line}:{c.col} | {c.code} | {_code(c.before)} | {_code(c.after)}{note} |")
+                out.append(f"| {_where(c)} | {c.code} | {_code(c.before)} | {_code(c.after)}{note} |")
             out.append("")
         if r.findings:
             out += ["### Needs a human", "", "| Line | Rule | Reason | Suggested fix |", "|---:|---|---|---|"]
             for f in r.findings:
-                out.append(f"| {f.line}:{f.col} | {f.code} | {_cell(f.message)} | {_cell(f.fix)} |")
+                out.append(f"| {_where(f)} | {f.code} | {_cell(f.message)} | {_cell(f.fix)} |")
             out.append("")
     return "\n".join(out).rstrip() + "\n"

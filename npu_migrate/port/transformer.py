@@ -6,26 +6,29 @@ Usage::
     from npu_migrate.port.rules import RULES
     from npu_migrate.port.transformer import transform
 
-    module, changes, findings = transform(cst.parse_module(source), RULES, style="npu_migrate")
+    module, changes, findings, changed = transform(cst.parse_module(source), RULES, style="npu_migrate")
 
-The transformer knows no API names: it resolves dotted names through the module's imports,
-calls every rule registered for a node's type once the node's children are ported, records what
-each rule changed or found with the original line and column, and at the end adds the imports and
-(``--style torch``) the helper functions the replacements use.
+The transformer knows no API names. It resolves every name with libcst's scope analysis
+(``QualifiedNameProvider``), calls each rule registered for a node's type once the node's
+children are ported, records what each rule changed or found with the original line and column,
+and at the end inserts the helper functions the replacements call, adds the imports they need
+with libcst's ``AddImportsVisitor`` and drops the imports they made unused with
+``RemoveImportsVisitor`` (which respects ``__all__``, string annotations and local imports).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional, Sequence
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
+from libcst.codemod import CodemodContext
+from libcst.codemod.visitors import AddImportsVisitor, ImportItem, RemoveImportsVisitor
+from libcst.metadata import MetadataWrapper, PositionProvider, ScopeProvider
 
-from npu_migrate.port import rules as _rules
-from npu_migrate.port.rules import (
-    DEFERRED, NM_ALIAS, NM_IMPORT, TARGETS, TORCH_HELPERS, TORCH_IMPORT, Hit, Rule, _dotted,
-)
+from npu_migrate.port.context import Context, Hit, NoEquivalent, Rule, dotted, plain_imports
+from npu_migrate.port.targets import HELPERS, NM_ALIAS, NM_MODULE, helper_source
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,7 @@ class Change:
     before: str
     after: str
     message: str = ""
+    cell: Optional[int] = None  # for notebooks: the code cell's index
 
 
 @dataclass(frozen=True)
@@ -49,174 +53,12 @@ class Finding:
     col: int
     message: str
     fix: str
-
-
-class NoEquivalent(Exception):
-    """The chosen output style has no spelling for an operation (see ``Target.torch_missing``)."""
+    cell: Optional[int] = None  # for notebooks: the code cell's index
 
 
 def _snippet(node: cst.CSTNode, limit: int = 100) -> str:
     text = " ".join(cst.Module(body=[]).code_for_node(node).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-
-class _Fill(cst.CSTTransformer):
-    """Put a call's arguments into a template: ``ARGS`` takes them all, ``ARG0`` the first value."""
-
-    def __init__(self, args: Sequence[cst.Arg]) -> None:
-        super().__init__()
-        self.args = list(args)
-
-    def leave_Call(self, original_node: cst.Call, updated_node: cst.Call) -> cst.Call:
-        out: list[cst.Arg] = []
-        spliced = False
-        for arg in updated_node.args:
-            if arg.keyword is None and isinstance(arg.value, cst.Name) and arg.value.value == "ARGS":  # or **ARGS
-                out.extend(self.args)
-                spliced = True
-            else:
-                out.append(arg)
-        if not spliced:
-            return updated_node
-        if out and not self.args:
-            out[-1] = out[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-        return updated_node.with_changes(args=out)
-
-    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.BaseExpression:
-        if updated_node.value == "ARG0" and self.args:
-            return self.args[0].value
-        return updated_node
-
-
-class Context:
-    """What a matcher may ask: names resolved through imports, the parent node, and ``emit``."""
-
-    def __init__(self, style: str) -> None:
-        self.style = style
-        self.aliases: dict[str, str] = {}
-        self.parent: Optional[cst.CSTNode] = None  # the original parent of the node being matched
-        self.node: Optional[cst.CSTNode] = None  # the original node being matched
-        self.in_import = 0
-        self.needs_nm = False
-        self.needs_torch = False
-        self.helpers: list[str] = []
-        self._emitted: dict[int, tuple[str, cst.CSTNode]] = {}
-        self.alias_uses: dict[str, int] = {}
-        self.alias_rewrites: dict[str, int] = {}
-        self.import_cleanups: dict[str, dict[str, Any]] = {}
-
-    # -- names
-
-    def add_import(self, node: cst.CSTNode) -> None:
-        """Record the names an ``import`` or ``from ... import`` statement binds."""
-        if isinstance(node, cst.Import):
-            for alias in node.names:
-                full = _dotted(alias.name)  # type: ignore[arg-type]
-                if full is None:
-                    continue
-                if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
-                    self.aliases[alias.asname.name.value] = full
-                else:
-                    head = full.split(".")[0]
-                    self.aliases[head] = head
-        elif isinstance(node, cst.ImportFrom):
-            if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
-                return
-            module = _dotted(node.module)
-            if module is None:
-                return
-            for alias in node.names:
-                if not isinstance(alias.name, cst.Name):
-                    continue
-                local = alias.asname.name.value if alias.asname is not None and isinstance(
-                    alias.asname.name, cst.Name) else alias.name.value
-                self.aliases[local] = f"{module}.{alias.name.value}"
-
-    def imported_names(self, node: cst.CSTNode) -> list[str]:
-        """The full names an import statement brings in (``a.b`` for ``import a.b``; ``a.b.c`` for
-        ``from a.b import c``)."""
-        if isinstance(node, cst.Import):
-            return [n for a in node.names if (n := _dotted(a.name)) is not None]  # type: ignore[arg-type]
-        if isinstance(node, cst.ImportFrom) and not node.relative and node.module is not None:
-            module = _dotted(node.module)
-            if module is None:
-                return []
-            if isinstance(node.names, cst.ImportStar):
-                return [module]
-            return [f"{module}.{a.name.value}" for a in node.names if isinstance(a.name, cst.Name)]
-        return []
-
-    def qualname(self, node: cst.CSTNode) -> Optional[str]:
-        """The dotted name ``node`` refers to, through import aliases (``nn.X`` -> ``torch.nn.X``)."""
-        name = _dotted(node)  # type: ignore[arg-type]
-        if name is None:
-            return None
-        head, dot, rest = name.partition(".")
-        return self.aliases.get(head, head) + dot + rest
-
-    def parent_qualname_startswith(self, prefix: str) -> bool:
-        """Whether the parent is a longer dotted name that also starts with ``prefix``."""
-        parent = self.parent
-        if not isinstance(parent, cst.Attribute):
-            return False
-        qual = self.qualname(parent)
-        return qual is not None and qual.startswith(prefix)
-
-    def count_alias_rewrite(self, func: cst.BaseExpression) -> None:
-        """Note that a call through an imported bare name was rewritten (see ``drop_rewritten_imports``)."""
-        if isinstance(func, cst.Name) and func.value in self.aliases:
-            self.alias_rewrites[func.value] = self.alias_rewrites.get(func.value, 0) + 1
-
-    def drop_rewritten_imports(self, node: cst.ImportFrom, table: dict[str, Any]) -> Optional[Hit]:
-        """Ask for ``from X import name`` to be dropped once every use of ``name`` was rewritten."""
-        self.import_cleanups[id(table)] = table
-        return None
-
-    # -- output
-
-    def emit(self, op: str, args: Sequence[cst.Arg] = (), keep_call: Optional[cst.Call] = None) -> cst.BaseExpression:
-        """Write the operation ``op`` of :data:`TARGETS` in the chosen style.
-
-        Args:
-            op: a key of :data:`TARGETS`.
-            args: the arguments for ``ARGS`` / ``ARG0``.
-            keep_call: for templates of the form ``name(ARGS)``, the call whose arguments (with
-                their formatting and comments) are kept as they are; only the callee changes.
-
-        Raises:
-            NoEquivalent: the style has no spelling for ``op``.
-        """
-        target = TARGETS[op]
-        template = target.npu_migrate if self.style == "npu_migrate" else target.torch
-        if template is None:
-            raise NoEquivalent(target.torch_missing or f"no {self.style} equivalent for {op}")
-        if template.startswith(NM_ALIAS + ".") or f"({NM_ALIAS}." in template or f" {NM_ALIAS}." in template:
-            self.needs_nm = True
-        if "torch." in template:
-            self.needs_torch = True
-        if self.style == "torch":
-            for helper in target.helpers:
-                if helper not in self.helpers:
-                    self.helpers.append(helper)
-        tree = _rules.parse_template(template)
-        if (
-            keep_call is not None
-            and isinstance(tree, cst.Call)
-            and len(tree.args) == 1
-            and isinstance(tree.args[0].value, cst.Name)
-            and tree.args[0].value.value == "ARGS"
-        ):
-            node: cst.BaseExpression = keep_call.with_changes(func=tree.func)
-        else:
-            node = tree.visit(_Fill(args))  # type: ignore[assignment]
-        self._emitted[id(node)] = (op, node)
-        return node
-
-    def is_emitted(self, node: cst.CSTNode, op: str) -> bool:
-        """Whether ``node`` is what :meth:`emit` wrote for ``op`` in this run."""
-        entry = self._emitted.get(id(node))
-        return entry is not None and entry[0] == op and entry[1] is node
 
 
 def _is_reference(node: cst.Name, parent: Optional[cst.CSTNode]) -> bool:
@@ -230,12 +72,26 @@ def _is_reference(node: cst.Name, parent: Optional[cst.CSTNode]) -> bool:
     return True
 
 
+# Import-bound names whose import may go once every use is rewritten: torch.cuda's and torch_npu's.
+_DROPPABLE = ("torch.cuda", "torch.npu", "torch_npu")
+
+
+class _Rename(cst.CSTTransformer):
+    def __init__(self, old: str, new: str) -> None:
+        super().__init__()
+        self.old, self.new = old, new
+
+    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.Name:
+        return updated_node.with_changes(value=self.new) if updated_node.value == self.old else updated_node
+
+
 class PortTransformer(cst.CSTTransformer):
     """Apply ``rules`` to a module; :func:`transform` adds the positions of what it recorded."""
 
-    def __init__(self, rules: Iterable[Rule], style: str = "npu_migrate") -> None:
+    def __init__(self, rules: Iterable[Rule], ctx: Context, deferred: frozenset[str] = frozenset()) -> None:
         super().__init__()
-        self.ctx = Context(style)
+        self.deferred = deferred
+        self.ctx = ctx
         self.by_type: dict[type, list[Rule]] = {}
         for rule in rules:
             for node_type in rule.nodes:
@@ -243,8 +99,8 @@ class PortTransformer(cst.CSTTransformer):
         self.changes: list[tuple] = []  # (Change, original node, fields...) until positions are known
         self.findings: list[tuple] = []
         self.changed = False
-        self._deferred: list[tuple[cst.CSTNode, Finding]] = []
-        self._stack: list[cst.CSTNode] = []
+        self._deferred: list[tuple[cst.CSTNode, tuple]] = []
+        self._stack: list[cst.CSTNode] = ctx.stack
 
     # Attribute-level hooks are not used; skipping their dispatch saves a getattr per field.
     def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
@@ -255,42 +111,35 @@ class PortTransformer(cst.CSTTransformer):
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         if isinstance(node, (cst.Import, cst.ImportFrom)):
-            self.ctx.add_import(node)
             self.ctx.in_import += 1
-        elif isinstance(node, cst.Module):
-            for stmt in node.body:  # module-level imports count for functions defined above them
-                if isinstance(stmt, cst.SimpleStatementLine):
-                    for small in stmt.body:
-                        if isinstance(small, (cst.Import, cst.ImportFrom)):
-                            self.ctx.add_import(small)
         self._stack.append(node)
-        return True
+        # Helpers this tool inserted are device-neutral already: a second port leaves them alone.
+        return not (isinstance(node, cst.FunctionDef) and node.name.value in HELPERS)
 
     def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode) -> Any:
         self._stack.pop()
         parent = self._stack[-1] if self._stack else None
         node_type = type(original_node)
+        ctx = self.ctx
         if node_type is cst.Import or node_type is cst.ImportFrom:
-            self.ctx.in_import -= 1
-        elif node_type is cst.Name:
-            if not _is_reference(original_node, parent):  # type: ignore[arg-type]
+            ctx.in_import -= 1
+        elif node_type is cst.Name or node_type is cst.Attribute:
+            if node_type is cst.Name and not _is_reference(original_node, parent):  # type: ignore[arg-type]
                 return updated_node
-            if not self.ctx.in_import and original_node.value in self.ctx.aliases:  # type: ignore[attr-defined]
-                name = original_node.value  # type: ignore[attr-defined]
-                self.ctx.alias_uses[name] = self.ctx.alias_uses.get(name, 0) + 1
+            ctx.note_origin(updated_node, original_node)
         elif node_type is cst.Module:
-            return self._finish(original_node, updated_node)  # type: ignore[arg-type]
+            return updated_node
         rules = self.by_type.get(node_type)
         if not rules:
             return updated_node
-        self.ctx.parent = parent
-        self.ctx.node = original_node
+        ctx.parent = parent
+        ctx.node = original_node
         node = updated_node
         for rule in rules:
             try:
-                hit = rule.match(node, self.ctx)
-            except _rules_no_equivalent as exc:
-                hit = Hit(None, f"not rewritten in --style {self.ctx.style}: {exc}",
+                hit: Optional[Hit] = rule.match(node, ctx)
+            except NoEquivalent as exc:
+                hit = Hit(None, f"not rewritten in --style {ctx.style}: {exc}",
                           "use --style npu_migrate, or port this site by hand")
             if hit is None:
                 continue
@@ -298,129 +147,198 @@ class PortTransformer(cst.CSTTransformer):
             # computing them costs about as much as parsing.
             if hit.replacement is None:
                 finding = (Finding, original_node, rule.code, hit.message or rule.summary, hit.fix or rule.fix)
-                if rule.code in DEFERRED:
+                if rule.code in self.deferred:
                     self._deferred.append((node, finding))
                 else:
                     self.findings.append(finding)
                 continue
             before = original_node if node is updated_node else node
-            self.changes.append((Change, original_node, rule.code, _snippet(before), _snippet(hit.replacement),
-                                 hit.message))
+            after = hit.replacement if hit.replacement is not node else cst.Module(body=[])
+            self.changes.append((Change, original_node, rule.code, _snippet(before), _snippet(after), hit.message))
             self.changed = True
             node = hit.replacement
             if type(node) is not node_type:
                 break
         return node
 
-    # -- end of module: imports, helpers, leftovers
 
-    def _finish(self, original: cst.Module, module: cst.Module) -> cst.Module:
-        if self._deferred:
-            present: set[int] = set()
-
-            class _Collect(cst.CSTVisitor):
-                def visit_SimpleString(self, node: cst.SimpleString) -> None:
-                    present.add(id(node))
-
-            module.visit(_Collect())
-            self.findings.extend(f for node, f in self._deferred if id(node) in present)
-        if not self.changed:
-            return module
-        body = list(self._drop_imports(module.body))
-        new_stmts: list[cst.BaseStatement] = []
-        ctx = self.ctx
-        if ctx.needs_torch and ctx.aliases.get("torch") != "torch":
-            new_stmts.append(cst.parse_statement(TORCH_IMPORT + "\n"))
-        if ctx.needs_nm and ctx.aliases.get(NM_ALIAS) != "npu_migrate":
-            new_stmts.append(cst.parse_statement(NM_IMPORT + "\n"))
-        defined = {s.name.value for s in body if isinstance(s, cst.FunctionDef)}
-        helper_stmts = [
-            cst.parse_statement(TORCH_HELPERS[h]) for h in TORCH_HELPERS if h in ctx.helpers and h not in defined
-        ]
-        if not new_stmts and not helper_stmts:
-            return module.with_changes(body=body)
-        at = self._insert_at(body)
-        two_blank = [cst.EmptyLine(), cst.EmptyLine()]
-        helper_stmts = [s.with_changes(leading_lines=two_blank) for s in helper_stmts]  # type: ignore[union-attr]
-        if helper_stmts and at < len(body):
-            nxt = body[at]
-            lines = list(nxt.leading_lines)
-            blanks = 0
-            for line in lines:
-                if line.comment is not None:
-                    break
-                blanks += 1
-            if blanks < 2:
-                body[at] = nxt.with_changes(leading_lines=[cst.EmptyLine()] * (2 - blanks) + lines)
-        if at == 0 and body and new_stmts:
-            # Keep a comment block or shebang at the top of the file above the new import.
-            first = body[0]
-            new_stmts[0] = new_stmts[0].with_changes(leading_lines=first.leading_lines)
-            body[0] = first.with_changes(leading_lines=[])
-        body[at:at] = new_stmts + helper_stmts
-        return module.with_changes(body=body)
-
-    @staticmethod
-    def _insert_at(body: Sequence[cst.BaseStatement]) -> int:
-        """Index after the file's first run of imports (after a docstring if there are none)."""
-        at = 0
-        last_import = None
-        for i, stmt in enumerate(body):
-            if i == 0 and isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 \
-                    and isinstance(stmt.body[0], cst.Expr) and isinstance(stmt.body[0].value,
-                                                                        (cst.SimpleString, cst.ConcatenatedString)):
-                at = 1
-                continue
-            if isinstance(stmt, cst.SimpleStatementLine) and all(
-                    isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body):
-                last_import = i
-                continue
-            break
-        return at if last_import is None else last_import + 1
-
-    def _drop_imports(self, body: Sequence[cst.BaseStatement]) -> Iterable[cst.BaseStatement]:
-        """Drop ``from torch.cuda... import name`` for names whose every use was rewritten."""
-        tables = list(self.ctx.import_cleanups.values())
-        if not tables:
-            yield from body
-            return
-        handled: set[str] = set().union(*tables)
-        ctx = self.ctx
-        carried: list[cst.EmptyLine] = []  # comments above a dropped import move to the next statement
-        for stmt in body:
-            if carried:
-                stmt = stmt.with_changes(leading_lines=carried + list(stmt.leading_lines))  # type: ignore[union-attr]
-                carried = []
-            if not (isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1
-                    and isinstance(stmt.body[0], cst.ImportFrom)):
-                yield stmt
-                continue
-            imp = stmt.body[0]
-            module = _dotted(imp.module) if imp.module is not None and not imp.relative else None
-            if module is None or isinstance(imp.names, cst.ImportStar):
-                yield stmt
-                continue
-            keep = []
-            for alias in imp.names:
-                local = alias.evaluated_alias or alias.evaluated_name
-                uses = ctx.alias_uses.get(local, 0)
-                if f"{module}.{alias.evaluated_name}" in handled and uses and uses == ctx.alias_rewrites.get(local, 0):
-                    continue
-                keep.append(alias)
-            if len(keep) == len(imp.names):
-                yield stmt
-            elif keep:
-                keep[-1] = keep[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-                yield stmt.with_changes(body=[imp.with_changes(names=keep)])
-            else:
-                carried = list(stmt.leading_lines)
+def _taken(scopes: Iterable[Any], name: str) -> bool:
+    """Whether any scope binds or reads ``name`` other than as ``import npu_migrate as <name>``."""
+    for scope in scopes:
+        for assignment in scope.assignments[name]:
+            node = getattr(assignment, "node", None)
+            if not (isinstance(node, (cst.Import, cst.ImportFrom)) and _binds_npu_migrate(node, name)):
+                return True
+        if scope.accesses[name] and not scope.assignments[name] and scope.parent is scope:
+            return True  # read at module level but bound nowhere here (a builtin or a star import)
+    return False
 
 
-_rules_no_equivalent = NoEquivalent
+def _binds_npu_migrate(node: cst.CSTNode, name: str) -> bool:
+    if not isinstance(node, cst.Import):
+        return False
+    for alias in node.names:
+        if dotted(alias.name) == NM_MODULE and alias.asname is not None and \
+                isinstance(alias.asname.name, cst.Name) and alias.asname.name.value == name:
+            return True
+        if dotted(alias.name) == NM_MODULE and alias.asname is None and name == NM_MODULE:
+            return True
+    return False
+
+
+def _own_methods(module: cst.Module, names: Sequence[str]) -> set[str]:
+    """Which of ``names`` a class in the module defines as a method (``def cuda(self)``)."""
+    found: set[str] = set()
+
+    class _Classes(cst.CSTVisitor):
+        def visit_ClassDef(self, node: cst.ClassDef) -> None:
+            for stmt in node.body.body if isinstance(node.body, cst.IndentedBlock) else ():
+                if isinstance(stmt, cst.FunctionDef) and stmt.name.value in names:
+                    found.add(stmt.name.value)
+
+        def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> bool:
+            return False  # no class is defined inside a simple statement
+
+    module.visit(_Classes())
+    return found
+
+
+def _value(value: Any) -> Any:
+    """A metadata value, computed where libcst left it lazy."""
+    return value() if callable(value) and not isinstance(value, type) and type(value).__name__ == "LazyValue" else value
+
+
+def _choose_alias(scopes: Sequence[Any]) -> str:
+    """``nm`` unless the file uses that name for something else; then the first free of a few."""
+    for candidate in (NM_ALIAS, "npu_migrate", "nm_", "_nm"):
+        if not _taken(scopes, candidate):
+            return candidate
+    i = 2
+    while _taken(scopes, f"nm{i}"):
+        i += 1
+    return f"nm{i}"
+
+
+def _insert_helpers(module: cst.Module, ctx: Context) -> cst.Module:
+    """Insert the helpers the replacements call, after the first run of imports."""
+    defined = {s.name.value for s in module.body if isinstance(s, cst.FunctionDef)}
+    wanted = [h for h in HELPERS if h in ctx.helpers and h not in defined]
+    if not wanted:
+        return module
+    two_blank = [cst.EmptyLine(), cst.EmptyLine()]
+    stmts = []
+    for name in wanted:
+        stmt = cst.parse_statement(helper_source(name, ctx.style))
+        if ctx.alias != NM_ALIAS:
+            stmt = stmt.visit(_Rename(NM_ALIAS, ctx.alias))
+        stmts.append(stmt.with_changes(leading_lines=two_blank))  # type: ignore[union-attr]
+        ctx.needs.add("torch")
+        if ctx.style == "npu_migrate":
+            ctx.needs.add(NM_ALIAS)
+    body = list(module.body)
+    at = _insert_at(body)
+    if at < len(body):
+        nxt = body[at]
+        lines = list(nxt.leading_lines)
+        blanks = 0
+        for line in lines:
+            if line.comment is not None:
+                break
+            blanks += 1
+        if blanks < 2:
+            body[at] = nxt.with_changes(leading_lines=[cst.EmptyLine()] * (2 - blanks) + lines)
+    body[at:at] = stmts
+    return module.with_changes(body=body)
+
+
+def _insert_at(body: Sequence[cst.BaseStatement]) -> int:
+    """Index after the file's first run of imports (after a docstring if there are none)."""
+    at = 0
+    last_import = None
+    for i, stmt in enumerate(body):
+        if i == 0 and isinstance(stmt, cst.SimpleStatementLine) and len(stmt.body) == 1 \
+                and isinstance(stmt.body[0], cst.Expr) and isinstance(stmt.body[0].value,
+                                                                    (cst.SimpleString, cst.ConcatenatedString)):
+            at = 1
+            continue
+        if isinstance(stmt, cst.SimpleStatementLine) and all(
+                isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body):
+            last_import = i
+            continue
+        break
+    return at if last_import is None else last_import + 1
+
+
+class _ImportsOf(cst.CSTVisitor):
+    """Imports anywhere in the module that bind one of ``heads`` from a droppable module."""
+
+    def __init__(self, heads: set[str]) -> None:
+        super().__init__()
+        self.heads = heads
+        self.found: list[cst.CSTNode] = []
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        for alias in node.names:
+            full = dotted(alias.name) or ""
+            local = alias.evaluated_alias or full.split(".")[0]
+            if local in self.heads and full.startswith(_DROPPABLE):
+                self.found.append(node)
+                break
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
+            return False
+        module = dotted(node.module) or ""
+        if module.startswith(_DROPPABLE) and any((a.evaluated_alias or a.evaluated_name) in self.heads
+                                                for a in node.names):
+            self.found.append(node)
+        return False
+
+
+def _finish_imports(original: cst.Module, module: cst.Module, ctx: Context) -> cst.Module:
+    """Add the imports the new code needs and drop those it made unused, with libcst's codemod visitors."""
+    removals: list[tuple[str, Optional[str], Optional[str]]] = []
+    nodes = list(ctx.dropped_imports)
+    if ctx.rewritten_heads:
+        finder = _ImportsOf(ctx.rewritten_heads)
+        original.visit(finder)
+        nodes.extend(finder.found)
+    scratch = CodemodContext()
+    for node in nodes:
+        RemoveImportsVisitor.remove_unused_import_by_node(scratch, node)
+    removals = list(scratch.scratch.get(RemoveImportsVisitor.CONTEXT_KEY, ()))
+    if removals:
+        wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+        module = wrapper.visit(RemoveImportsVisitor(CodemodContext(wrapper=wrapper), removals))
+    items = []
+    if "torch" in ctx.needs:
+        items.append(ImportItem("torch", None, None))
+    if "os" in ctx.needs:
+        items.append(ImportItem("os", None, None))
+    if NM_ALIAS in ctx.needs:
+        items.append(ImportItem(NM_MODULE, None, None if ctx.alias == NM_MODULE else ctx.alias))
+    if items:
+        module = module.visit(AddImportsVisitor(CodemodContext(), items))
+    return module
+
+
+def _deferred_findings(transformer: PortTransformer, module: cst.Module) -> None:
+    if not transformer._deferred:
+        return
+    present: set[int] = set()
+
+    class _Collect(cst.CSTVisitor):
+        def visit_SimpleString(self, node: cst.SimpleString) -> None:
+            present.add(id(node))
+
+    module.visit(_Collect())
+    transformer.findings.extend(f for node, f in transformer._deferred if id(node) in present)
 
 
 def transform(
-    module: cst.Module, rules: Iterable[Rule], style: str = "npu_migrate", report_only: bool = False
+    module: cst.Module, rules: Iterable[Rule], style: str = "npu_migrate", report_only: bool = False,
+    deferred: frozenset[str] = frozenset(), source: Optional[str] = None,
 ) -> tuple[cst.Module, list[Change], list[Finding], bool]:
     """Port ``module`` with ``rules``.
 
@@ -429,16 +347,32 @@ def transform(
         rules: the rules to apply.
         style: ``"npu_migrate"`` or ``"torch"``.
         report_only: report what would be rewritten instead of rewriting it (``npu-migrate check``).
+        deferred: codes of report-only rules judged on the ported tree (a leftover literal).
+        source: the module's text, if at hand: lets text checks skip work (is ``nm`` mentioned at
+            all? does a class define ``cuda()``?); the tree decides whenever they pass.
 
     Returns:
         The new module, the changes, the findings (sorted by position) and whether anything changed.
     """
-    transformer = PortTransformer(rules, style)
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    alias = NM_ALIAS
+    if style == "npu_migrate" and (source is None or re.search(rf"\b{NM_ALIAS}\b", source)):
+        # The text says `nm` may be taken: ask the scopes who binds or reads it.
+        scopes = list({id(s): s for s in map(_value, wrapper.resolve(ScopeProvider).values()) if s is not None}.values())
+        alias = _choose_alias(scopes)
+    ctx = Context(style, alias)
+    ctx.use_scopes(lambda: wrapper.resolve(ScopeProvider))
+    if source is not None:
+        ctx.plain_import_heads = plain_imports(source)
+    if source is None or re.search(r"def\s+(cuda|npu)\s*\(", source):
+        ctx.own_device_methods = frozenset(_own_methods(module, ("cuda", "npu")))
+    transformer = PortTransformer(rules, ctx, deferred)
     new = module.visit(transformer)
+    _deferred_findings(transformer, new)
     changes: list[Change] = []
     findings: list[Finding] = []
     if transformer.changes or transformer.findings:
-        positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+        positions = wrapper.resolve(PositionProvider)
 
         def place(record: tuple) -> Any:
             cls, node, code, *rest = record
@@ -454,4 +388,7 @@ def transform(
         ]
         return module, [], sorted(findings, key=lambda f: (f.line, f.col, f.code)), False
     findings = sorted(findings, key=lambda f: (f.line, f.col, f.code))
+    if transformer.changed:
+        new = _insert_helpers(new, ctx)
+        new = _finish_imports(module, new, ctx)
     return new, changes, findings, transformer.changed

@@ -11,7 +11,7 @@ from conftest import run_cli
 from npu_migrate.cli import main
 
 CUDA = "import torch\n\nx = torch.zeros(2).cuda()  # to the GPU\n"
-PORTED = "import torch\nimport npu_migrate as nm\n\nx = torch.zeros(2).to(nm.get_device())  # to the GPU\n"
+PORTED = "import torch\nimport npu_migrate as nm\n\nx = torch.zeros(2).to(nm.device_type())  # to the GPU\n"
 BROKEN = "import torch\nx = torch.zeros(2).cuda(\n"
 
 
@@ -73,7 +73,7 @@ def test_out_mirrors_the_tree_and_reports(tree: Path, tmp_path: Path) -> None:
     assert err[0].endswith("(copied unchanged)")
     assert "Traceback" not in result.stderr
     assert "1 changed, 2 unchanged, 1 failed" in err[-1]
-    assert "| 3:5 | NM001 | `torch.zeros(2).cuda()` | `torch.zeros(2).to(nm.get_device())` |" in report.read_text()
+    assert "| 3:5 | NM001 | `torch.zeros(2).cuda()` | `torch.zeros(2).to(nm.device_type())` |" in report.read_text()
     totals = json.loads(data.read_text())["totals"]
     assert (totals["changed"], totals["failed"], totals["copied"]) == (1, 1, 3)
 
@@ -97,7 +97,7 @@ def test_without_out_nothing_is_written_and_the_diff_is_printed(tree: Path, cli)
     assert _snapshot(tree) == before
     assert f"--- a/{tree}/train.py" in result.stdout
     assert "-x = torch.zeros(2).cuda()  # to the GPU" in result.stdout
-    assert "+x = torch.zeros(2).to(nm.get_device())  # to the GPU" in result.stdout
+    assert "+x = torch.zeros(2).to(nm.device_type())  # to the GPU" in result.stdout
     assert "dry run: nothing written" in result.stderr
 
 
@@ -130,7 +130,7 @@ def test_check_prints_one_finding_per_line_and_exits_1(tree: Path, cli) -> None:
     assert result.returncode == 1, result.stderr
     lines = result.stdout.strip().splitlines()
     assert lines == [
-        f"{tree}/train.py:3:5 NM001 torch.zeros(2).cuda() -> torch.zeros(2).to(nm.get_device())",
+        f"{tree}/train.py:3:5 NM001 torch.zeros(2).cuda() -> torch.zeros(2).to(nm.device_type())",
         f"{tree}/pkg/dp.py:2:5 NM108 torch.nn.DataParallel is single-process multi-device, which Ascend does not support",
     ]
 
@@ -172,3 +172,60 @@ def test_list_rules(tmp_path: Path, cli) -> None:
     assert result.returncode == 0
     assert result.stdout.startswith("NM001  rewrite  cuda-method")
     assert "NM113  report" in result.stdout
+
+
+# --------------------------------------------------------------------------- large and strange files
+
+
+def test_non_python_files_are_streamed_never_read(tree: Path, tmp_path: Path, cli, monkeypatch) -> None:
+    """A checkpoint in the tree is copied by streaming: port never reads a non-Python file whole."""
+    (tree / "ckpt.pt").write_bytes(b"\x80" * (1 << 20))
+    real = Path.read_bytes
+
+    def guarded(self: Path) -> bytes:
+        assert self.suffix in (".py", ".ipynb"), f"{self} was read whole"
+        return real(self)
+
+    monkeypatch.setattr(Path, "read_bytes", guarded)
+    (tree / "pkg" / "broken.py").unlink()
+    out = tmp_path / "out"
+    assert cli("port", str(tree), "--out", str(out)).returncode == 0
+    monkeypatch.undo()
+    assert (out / "ckpt.pt").read_bytes() == (tree / "ckpt.pt").read_bytes()
+
+
+def test_binary_and_undecodable_python_files_are_reported_and_copied(tree: Path, tmp_path: Path, cli) -> None:
+    (tree / "pkg" / "broken.py").unlink()
+    (tree / "blob.py").write_bytes(b"\x7fELF\x00\x01\x02 cuda")
+    (tree / "latin.py").write_bytes(b"# -*- coding: utf-8 -*-\nx = '\xff cuda'\n")
+    out = tmp_path / "out"
+    result = cli("port", str(tree), "--out", str(out))
+    assert result.returncode == 1
+    errors = [line for line in result.stderr.splitlines() if ": error: " in line]
+    assert errors == [
+        f"npu-migrate port: error: {tree}/blob.py: binary file (contains NUL bytes) (copied unchanged)",
+        f"npu-migrate port: error: {tree}/latin.py: cannot decode: 'utf-8' codec can't decode byte 0xff in position "
+        "29: invalid start byte (copied unchanged)",
+    ]
+    for name in ("blob.py", "latin.py"):
+        assert (out / name).read_bytes() == (tree / name).read_bytes()
+    assert "nm.device_type()" in (out / "train.py").read_text()  # the rest went on
+
+
+def test_symlink_loops_and_dangling_links_get_one_line_each(tree: Path, tmp_path: Path, cli) -> None:
+    (tree / "pkg" / "broken.py").unlink()
+    (tree / "loop_a.py").symlink_to(tree / "loop_b.py")
+    (tree / "loop_b.py").symlink_to(tree / "loop_a.py")
+    (tree / "gone.py").symlink_to(tree / "missing.py")
+    (tree / "pkg" / "up").symlink_to(tree, target_is_directory=True)  # a directory loop is not followed
+    out = tmp_path / "out"
+    result = cli("port", str(tree), "--out", str(out))
+    assert result.returncode == 1
+    errors = sorted(line for line in result.stderr.splitlines() if ": error: " in line)
+    assert errors == [
+        f"npu-migrate port: error: {tree}/gone.py: cannot read: No such file or directory",
+        f"npu-migrate port: error: {tree}/loop_a.py: cannot read: Too many levels of symbolic links",
+        f"npu-migrate port: error: {tree}/loop_b.py: cannot read: Too many levels of symbolic links",
+    ]
+    assert "Traceback" not in result.stderr
+    assert "nm.device_type()" in (out / "train.py").read_text()

@@ -17,12 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from port.marks import torch_style_runs
 from conftest import child_env, free_port, run_cli, run_ranks
 from npu_migrate.port import port_source
 
 HERE = Path(__file__).resolve().parent
 SCRIPTS = HERE / "scripts"
-SEEDS = Path("/work/shared/seeds")
+from port.seeds import SEEDS  # noqa: E402 - ../shared/seeds next to the repository
 
 LEFTOVERS = ("torch.cuda", ".cuda(", "nccl")
 
@@ -81,6 +82,7 @@ def test_spawn_style_script_runs_itself_on_cpu(ported: Path, tmp_path: Path) -> 
     assert first == second
 
 
+@torch_style_runs
 def test_torch_style_port_of_the_torchrun_script_runs_on_cpu(tmp_path: Path) -> None:
     source = (SCRIPTS / "cuda_torchrun.py").read_text()
     script = tmp_path / "plain_torch.py"
