@@ -97,7 +97,7 @@ class Failure:
 
 
 def _quiet_torch_elastic(log_file: str | None) -> None:
-    """torch's rendezvous logs go to the launcher log (with --log-dir) and never to the console."""
+    """torch's rendezvous logs, and the launcher's own, go to the launcher log (with --log-dir), never to the console."""
     elastic = logging.getLogger("torch.distributed.elastic")
     elastic.propagate = False
     if not any(isinstance(h, logging.NullHandler) for h in elastic.handlers):
@@ -226,9 +226,9 @@ class Job:
             try:
                 if cfg.log_dir:
                     os.makedirs(cfg.log_dir, exist_ok=True)
+                log_file = os.path.join(cfg.log_dir, f"launcher-node{cfg.node_rank}.log") if cfg.log_dir else None
+                _quiet_torch_elastic(log_file)
                 if cfg.nnodes > 1:
-                    log_file = os.path.join(cfg.log_dir, f"launcher-node{cfg.node_rank}.log") if cfg.log_dir else None
-                    _quiet_torch_elastic(log_file)
                     from npu_migrate.launch.rendezvous import Rendezvous
 
                     self.rdzv = Rendezvous(cfg, self.signals)
@@ -269,10 +269,12 @@ class Job:
         attempt = 0
         if rdzv is not None:
             self.phase = "connecting to node 0"
+            logger.info("node %s: %s", cfg.node_rank, self.phase)
             rdzv.connect()
         while True:
             if rdzv is not None:
                 self.phase = "waiting for nodes"
+                logger.info("node %s: %s", cfg.node_rank, self.phase)
                 try:
                     rnd = rdzv.join()
                 except JobEvent as exc:
@@ -287,10 +289,12 @@ class Job:
                 hosts = ", ".join(f"{k}: {m.host}" for k, m in sorted(rnd.members.items()))
                 say(f"all {cfg.nnodes} nodes joined (nodes {hosts})" + (f"; restart {attempt}" if attempt else ""))
             self.phase = "running"
+            logger.info("node %s: %s", cfg.node_rank, self.phase)
             procs = self._start(attempt)
             outcome, detail = self._watch(procs)
             if outcome == "ok" and rdzv is not None:
                 self.phase = "finishing"
+                logger.info("node %s: %s", cfg.node_rank, self.phase)
                 try:
                     rdzv.finish()
                 except JobEvent as exc:
@@ -307,6 +311,7 @@ class Job:
                 return 1
             headline, lines, restartable = self._explain(outcome, detail)
             self.phase = "stopping the ranks"
+            logger.info("node %s: %s", cfg.node_rank, self.phase)
             self._stop(procs)
             self.procs = []
             if self.signals.received is not None:  # asked to stop while tearing down
@@ -317,6 +322,7 @@ class Job:
             if restartable and attempt < cfg.max_restarts:
                 attempt += 1
                 self.phase = "restarting"
+                logger.info("node %s: %s", cfg.node_rank, self.phase)
                 say(f"restarting the job (restart {attempt} of {cfg.max_restarts})"
                     + (f": waiting for all {cfg.nnodes} nodes." if rdzv is not None else "."))
                 if rdzv is not None:
