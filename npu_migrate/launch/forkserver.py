@@ -71,8 +71,19 @@ def start_fork_server() -> str:
 
         forkserver.set_forkserver_preload(PRELOAD)
         forkserver.ensure_running()
+        quiet_torch_cpp_log()
         return "forkserver"
     return "spawn"
+
+
+def quiet_torch_cpp_log() -> None:
+    """Keep torch's C++ warnings (TCPStore's reverse look-ups...) off the launcher's console.
+
+    Call after the fork server started and before this process imports torch: c10 reads
+    TORCH_CPP_LOG_LEVEL when it loads, and the workers keep the fork server's environment.
+    A value the user set wins.
+    """
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
 
 def stop_fork_server() -> None:

@@ -342,14 +342,15 @@ class Rendezvous:
                 host0 = self._members[0].host if 0 in self._members else self.cfg.addr
                 why = (f"its store stopped answering ({self._last_error})" if self._errors
                        else f"no answer for {self.cfg.node_timeout:g} s")
-                return Event("lost", f"lost node 0 ({host0}): {why}",
-                             {"kind": "lost", "node_rank": 0, "host": host0, "owner": None})
+                message = f"lost node 0 ({host0}): {why}"
+                return Event("lost", message,
+                             {"kind": "lost", "node_rank": 0, "host": host0, "owner": None, "message": message})
             for k, seen in self._last_change.items():
                 if k != self.cfg.node_rank and now - seen > self.cfg.node_timeout:
                     member = self._members[k]
-                    return Event("lost", f"lost node {k} ({member.host}): no heartbeat for "
-                                         f"{self.cfg.node_timeout:g} s (--node-timeout)",
-                                 {"kind": "lost", "node_rank": k, "host": member.host, "owner": member.owner})
+                    message = f"lost node {k} ({member.host}): no heartbeat for {self.cfg.node_timeout:g} s (--node-timeout)"
+                    return Event("lost", message, {"kind": "lost", "node_rank": k, "host": member.host,
+                                                   "owner": member.owner, "message": message})
         return None
 
     # -- phase 2: the rendezvous round
