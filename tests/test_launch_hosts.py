@@ -77,7 +77,7 @@ def test_a_lost_node_ends_the_job_on_every_node(tmp_path: Path, hosts: Hosts, ho
 def test_a_relaunched_node_rejoins_under_max_restarts(tmp_path: Path, hosts: Hosts) -> None:
     release = tmp_path / "release"
     job = ("--hold", str(release))
-    node0 = node(tmp_path, hosts, 0, "--max-restarts", "1", job=job)
+    node0 = node(tmp_path, hosts, 0, "--max-restarts", "1", "--log-dir", str(tmp_path / "logs"), job=job)
     node1 = node(tmp_path, hosts, 1, "--max-restarts", "1", job=job)
     wait_for_files(tmp_path, [f"rank{r}.json" for r in range(4)])
     node1.proc.kill()
@@ -95,7 +95,10 @@ def test_a_relaunched_node_rejoins_under_max_restarts(tmp_path: Path, hosts: Hos
         except (OSError, ValueError):
             return False
 
-    wait_until(restarted, "every rank restarted once")
+    try:
+        wait_until(restarted, "every rank restarted once")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{node0.err}\n{again.err}") from None
     release.touch()
     assert node0.wait() == 0, node0.err
     assert again.wait() == 0, again.err

@@ -230,6 +230,8 @@ class Rendezvous:
                 f"node 0's launcher at {where} runs job {theirs!r}, not this job {cfg.job_id!r}: another job "
                 "uses this address and port. Give this job another --port, or the same --job-id on every node."
             )
+        # A relaunched node continues at the job's generation, not at 0 (whose failure is over).
+        self.generation = int(self._wait(lambda: _peek(self.store, self._key("gen")), "generation") or 0)
         self._last_ok = time.monotonic()
         self._watching = True
         threading.Thread(target=self._beat, name="npu_migrate-heartbeat", daemon=True).start()
@@ -332,7 +334,7 @@ class Rendezvous:
         with self._lock:
             if self._abort:
                 return Event("abort", self._abort, {})
-            fail = self._fail.get(self.generation)
+            fail = self._fail.get(self.generation) if self._members else None  # only while a round runs
             if fail:
                 record = json.loads(fail)
                 return Event("failed", record.get("message") or "", record)
