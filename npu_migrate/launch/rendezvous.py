@@ -68,7 +68,7 @@ from typing import Any, Callable
 from npu_migrate.launch import cluster
 from npu_migrate.launch.config import CONTROL_PORT_OFFSET, LaunchConfig
 from npu_migrate.launch.errors import LaunchError, first_line
-from npu_migrate.launch.signals import Signals, run_interruptibly
+from npu_migrate.launch.signals import Interrupted, Signals, run_interruptibly
 
 logger = logging.getLogger(__name__)
 
@@ -408,7 +408,7 @@ class Rendezvous:
                 gen = self._wait(lambda: _peek(self.store, self._key("gen")), "generation")
                 self.generation = max(self.generation, int(gen or 0))
                 members = self._wait(lambda: self._exchange(store, hrank, hworld), "members")
-            except (JobEvent, LaunchError):
+            except (JobEvent, LaunchError, Interrupted):
                 raise
             except Exception as exc:  # noqa: BLE001 - RendezvousError and store errors from torch
                 logger.debug("rendezvous: %s", exc)
