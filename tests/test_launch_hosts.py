@@ -121,7 +121,7 @@ def test_a_signal_on_a_node_waiting_to_join(tmp_path: Path, hosts: Hosts, sig: i
     assert node1.wait() == code
     assert node1.err.strip().splitlines()[-1] == (
         f"npu-migrate launch: received {signal.Signals(sig).name} while waiting for nodes: stopped; "
-        "no rank was running on node 1.")
+        "no rank is left running on node 1.")
     one_line_errors(node1.err)
     node0.proc.send_signal(sig)
     assert node0.wait() == code

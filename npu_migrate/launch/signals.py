@@ -15,6 +15,7 @@ this flag, so every phase answers a signal within a fraction of a second.
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from typing import Any, Callable, TypeVar
@@ -24,10 +25,11 @@ T = TypeVar("T")
 POLL_S = 0.1
 """How often a waiting main thread looks at the flag."""
 
-STOP_GRACE_S = 5.0
-"""Seconds between the signal forwarded to workers and SIGKILL after a failure."""
+STOP_GRACE_S = float(os.environ.get("NPU_MIGRATE_STOP_GRACE_S", "5"))
+"""Seconds between the signal forwarded to workers and SIGKILL after a failure
+(``NPU_MIGRATE_STOP_GRACE_S`` changes it, for ranks that need long to save their state)."""
 
-SIGNAL_GRACE_S = 3.0
+SIGNAL_GRACE_S = min(3.0, STOP_GRACE_S)
 """The same after the launcher itself was signalled: the launcher must end within 5 s."""
 
 

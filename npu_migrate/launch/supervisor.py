@@ -259,7 +259,7 @@ class Job:
                 self.rdzv.abort(f"the launcher of node {self.cfg.node_rank} ({self.rdzv.host}) received {name}")
             self._stop(self.procs, sig, SIGNAL_GRACE_S)
         else:
-            say(f"received {name} while {self.phase}: stopped; no rank was running on node {self.cfg.node_rank}.")
+            say(f"received {name} while {self.phase}: stopped; no rank is left running on node {self.cfg.node_rank}.")
         return 128 + sig
 
     def _attempts(self) -> int:
