@@ -332,12 +332,14 @@ class Rendezvous:
     def event(self) -> Event | None:
         """What the board says now (never blocks): an abort, this generation's failure, or a lost node."""
         with self._lock:
-            if self._abort:
-                return Event("abort", self._abort, {})
+            # A failure first: the node that saw it also aborts the job when no restart is left,
+            # and the failure is the better report.
             fail = self._fail.get(self.generation) if self._members else None  # only while a round runs
             if fail:
                 record = json.loads(fail)
                 return Event("failed", record.get("message") or "", record)
+            if self._abort:
+                return Event("abort", self._abort, {})
             now = time.monotonic()
             if self._watching and self.cfg.node_rank != 0 and (now - self._last_ok > self.cfg.node_timeout
                                             or self._errors >= _ERRORS_BEFORE_LOST):
@@ -367,15 +369,19 @@ class Rendezvous:
 
             cfg = self.cfg
             backend = C10dRendezvousBackend(self.store, cfg.job_id)
+            extra: dict[str, Any] = {}
+            keep_alive = 5  # torch < 2.4 fixes the handler's keep-alive at 5 s
+            if "keep_alive_interval" in inspect.signature(DynamicRendezvousHandler.from_backend).parameters:
+                keep_alive = max(1, min(5, int(cfg.node_timeout / 4)))
+                extra["keep_alive_interval"] = keep_alive
             timeout = RendezvousTimeout(
                 join=timedelta(seconds=cfg.join_timeout),
                 last_call=timedelta(seconds=1),
                 close=timedelta(seconds=30),
-                heartbeat=timedelta(seconds=cfg.node_timeout),
+                # The handler drops a participant silent for this long; never less than three of
+                # its keep-alives, or a slow machine would lose live nodes.
+                heartbeat=timedelta(seconds=max(cfg.node_timeout, 3 * keep_alive)),
             )
-            extra: dict[str, Any] = {}
-            if "keep_alive_interval" in inspect.signature(DynamicRendezvousHandler.from_backend).parameters:
-                extra["keep_alive_interval"] = max(1, min(5, int(cfg.node_timeout / 4)))  # torch >= 2.4
             # torch >= 2.4 would also start a second TCPStore server for torchelastic's agent;
             # our workers rendezvous on MASTER_PORT themselves.
             os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
