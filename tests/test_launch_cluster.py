@@ -48,6 +48,7 @@ def test_addresses_and_the_interface_that_reaches_them() -> None:
     assert cluster.interface_for("127.0.0.1") == ("lo", "127.0.0.1")
     env, note = cluster.network_env("127.0.0.1", "hccl", {})
     assert env == {"GLOO_SOCKET_IFNAME": "lo", "HCCL_SOCKET_IFNAME": "lo"} and note == "interface lo (127.0.0.1)"
+    assert cluster.network_env("127.0.0.1", "hccl", {}, multi_node=False)[0] == {"GLOO_SOCKET_IFNAME": "lo"}
     env, note = cluster.network_env("127.0.0.1", "nccl", {"NCCL_SOCKET_IFNAME": "ib0"})
     assert env == {} and note == "interface from NCCL_SOCKET_IFNAME=ib0"
 

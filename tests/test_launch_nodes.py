@@ -11,7 +11,7 @@ from test_launch_signals import two_free_ports
 def launcher(tmp: Path, rank: int, port: int, *extra: str, nnodes: str = "2", nproc: str = "1",
              job: tuple[str, ...] = (), name: str | None = None) -> Launch:
     args = ["--nnodes", nnodes, "--node-rank", str(rank), "--device-num", nproc, "--addr", "127.0.0.1",
-            "--port", str(port), "--join-timeout", "300", "--node-timeout", "6", *extra, str(JOB), *job]
+            "--port", str(port), "--join-timeout", "300", "--node-timeout", "10", *extra, str(JOB), *job]
     return Launch(tmp, *args, name=name or f"node{rank}")
 
 
@@ -35,7 +35,7 @@ def test_a_duplicate_node_rank_is_refused_by_a_running_job(tmp_path: Path) -> No
     node0 = launcher(tmp_path, 0, port, job=("--hold", str(release)))
     node1 = launcher(tmp_path, 1, port, job=("--hold", str(release)))
     wait_for_files(tmp_path, ["rank0.json", "rank1.json"])
-    dup = launcher(tmp_path, 1, port, name="dup")
+    dup = launcher(tmp_path, 1, port, name="dup", job=("--hold", str(release)))  # the same job id
     try:
         assert dup.wait() == 1
     finally:

@@ -36,7 +36,7 @@ def two_free_ports() -> int:
 def multi(tmp: Path, rank: int, port: int, *extra: str, job: tuple[str, ...] = (), name: str | None = None,
           nnodes: str = "2") -> Launch:
     args = ["--nnodes", nnodes, "--node-rank", str(rank), "--device-num", "1", "--addr", "127.0.0.1",
-            "--port", str(port), "--join-timeout", "300", "--node-timeout", "6", "--log-dir", str(tmp / "logs"),
+            "--port", str(port), "--join-timeout", "300", "--node-timeout", "10", "--log-dir", str(tmp / "logs"),
             *extra, str(JOB), *job]
     return Launch(tmp, *args, name=name or f"node{rank}")
 

@@ -206,13 +206,14 @@ def interface_for(addr: str) -> tuple[str, str] | None:
     return None
 
 
-def network_env(addr: str, backend: str, environ: dict[str, str]) -> tuple[dict[str, str], str]:
+def network_env(addr: str, backend: str, environ: dict[str, str], multi_node: bool = True) -> tuple[dict[str, str], str]:
     """The interface variables the workers need to reach ``addr``, and a phrase for the start-up line.
 
     Where the user set any of :data:`SOCKET_IFNAME_VARS`, nothing is added: their choice wins.
-    Otherwise gloo (used by every family for CPU groups) and the family's own backend get the
-    interface that reaches ``addr``. Without it, a host whose name resolves to 127.0.0.1
-    advertises loopback to the other nodes and the job dies connecting its ranks.
+    Otherwise gloo (used by every family for CPU groups) and, across nodes, the family's own
+    backend get the interface that reaches ``addr``. Without it, a host whose name resolves to
+    127.0.0.1 advertises loopback to the other nodes and the job dies connecting its ranks. On
+    one node NCCL and HCCL keep their own choice (they talk over NVLink/HCCS there).
     """
     given = [name for name in SOCKET_IFNAME_VARS if environ.get(name)]
     if given:
@@ -222,7 +223,7 @@ def network_env(addr: str, backend: str, environ: dict[str, str]) -> tuple[dict[
         return {}, "interface chosen by the backend"
     name, local = found
     env = {"GLOO_SOCKET_IFNAME": name}
-    if backend in _FAMILY_IFNAME:
+    if multi_node and backend in _FAMILY_IFNAME:
         env[_FAMILY_IFNAME[backend]] = name
     return env, f"interface {name} ({local})"
 

@@ -301,7 +301,7 @@ def make_config(
     # torch.set_num_threads: the fork server imported torch before this value existed.
     omp = None if "OMP_NUM_THREADS" in environ else max(1, cluster.node_cores() // nproc)
     backend = _device.default_backend(spec)
-    net_env, net_note = cluster.network_env(plain["addr"], backend, environ)
+    net_env, net_note = cluster.network_env(plain["addr"], backend, environ, multi_node=plain["nnodes"] > 1)
     return LaunchConfig(
         nproc=nproc, device=spec.name, backend=backend, log_dir=log_dir,
         max_restarts=max_restarts, join_timeout=join_timeout, omp_threads=omp,

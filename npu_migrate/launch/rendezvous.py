@@ -40,6 +40,9 @@ is accepted when the ranks are exactly ``0..nnodes-1``.
                       node rank, mismatched flags, a signalled launcher, the job's last failure).
 ``done/<gen>``,
 ``acked/<gen>``       counters: every node's ranks finished; node 0 serves until all have read it.
+``seen/abort``,
+``seen/<gen>``        counters: the nodes that read ``abort`` / ``fail/<gen>``; node 0 serves
+                      (for at most two heartbeats) until the others have read why the job ends.
 ``member/<i>``        (in the round's own store) ``{"node_rank", "host", "owner", "gen"}`` of
                       handler rank i.
 ===================== ====================================================================
@@ -170,6 +173,9 @@ class Rendezvous:
         self._stop = threading.Event()
         self._claimed = False
         self._watching = False
+        self._interval = max(0.2, min(2.0, cfg.node_timeout / 10))
+        self._seen_sent: set[str] = set()
+        self._told: tuple[str, float] | None = None  # (seen key, when) of the last end we published
 
     # -- store helpers
 
@@ -177,8 +183,31 @@ class Rendezvous:
         return f"{self.prefix}/{name}"
 
     def _wait(self, fn: Callable[[], Any], name: str) -> Any:
-        """Run a blocking store call in a thread; signals and job events interrupt the wait."""
-        return run_interruptibly(fn, self.signals, f"npu_migrate-{name}", also=self._raise_event)
+        """Run a blocking store call in a thread; signals and job events interrupt the wait.
+
+        A store error that comes with (or right after) an abort is reported as the abort: node 0
+        ends its store soon after telling everyone why.
+        """
+        try:
+            return run_interruptibly(fn, self.signals, f"npu_migrate-{name}", also=self._raise_event)
+        except (JobEvent, LaunchError, Interrupted):
+            raise
+        except Exception as exc:  # noqa: BLE001 - store and rendezvous errors from torch
+            logger.debug("%s: %s", name, exc)
+            self._raise_event()
+            if self._watching and self._abort_soon():
+                self._raise_event()
+            raise
+
+    def _abort_soon(self) -> bool:
+        """Wait up to two heartbeats for the board to explain a store error; True if it did."""
+        deadline = time.monotonic() + 2 * self._interval + 0.5
+        while time.monotonic() < deadline:
+            if self.event() is not None:
+                return True
+            self.signals.check()
+            time.sleep(0.05)
+        return False
 
     def _raise_event(self) -> None:
         event = self.event()
@@ -298,7 +327,7 @@ class Rendezvous:
     # -- the heartbeat board (its own thread and store connection)
 
     def _beat(self) -> None:
-        interval = max(0.2, min(2.0, self.cfg.node_timeout / 10))
+        interval = self._interval
         store = self._watch_store
         alive = self._key(f"alive/{self.owner}")
         while not self._stop.is_set():
@@ -309,15 +338,21 @@ class Rendezvous:
                 fail = _peek(store, self._key(f"fail/{gen}"))
                 with self._lock:
                     members = dict(self._members)
-                counters = {k: store.add(self._key(f"alive/{m.owner}"), 0) for k, m in members.items()}
-                now = time.monotonic()
-                with self._lock:
-                    self._last_ok = now
-                    self._errors = 0
+                with self._lock:  # recorded before telling node 0, which may then close the store
                     if abort:
                         self._abort = abort
                     if fail:
                         self._fail[gen] = fail
+                counters = {k: store.add(self._key(f"alive/{m.owner}"), 0) for k, m in members.items()}
+                # Tell node 0 we read it: it keeps serving the store until every node has.
+                for seen, value in (("seen/abort", abort), (f"seen/{gen}", fail)):
+                    if value and seen not in self._seen_sent and self.cfg.node_rank != 0:
+                        self._seen_sent.add(seen)
+                        store.add(self._key(seen), 1)
+                now = time.monotonic()
+                with self._lock:
+                    self._last_ok = now
+                    self._errors = 0
                     for k, value in counters.items():
                         if self._counters.get(k) != value:
                             self._counters[k] = value
@@ -476,6 +511,8 @@ class Rendezvous:
         """Tell every node that this generation failed (the first report wins); never blocks long."""
         gen = self.generation
 
+        self._told = (f"seen/{gen}", time.monotonic())
+
         def publish() -> None:
             self.store.compare_set(self._key(f"fail/{gen}"), "", json.dumps(record))
             if record.get("kind") == "lost" and record.get("owner"):
@@ -502,6 +539,8 @@ class Rendezvous:
 
     def abort(self, message: str) -> None:
         """End every launcher of the job with ``message`` (the first reason wins)."""
+        self._told = ("seen/abort", time.monotonic())
+        logger.info("aborting the job: %s", message)
         self._quietly(lambda: self.store.compare_set(self._key("abort"), "", message))
 
     def _quietly(self, fn: Callable[[], Any], seconds: float = 5.0) -> Any:
@@ -547,7 +586,22 @@ class Rendezvous:
             self._quietly(wait_acked, 11)
 
     def close(self) -> None:
-        """Stop the heartbeat and give this node rank back (a relaunch on this host may claim it)."""
+        """Stop the heartbeat and give this node rank back (a relaunch on this host may claim it).
+
+        Node 0 first serves the store a little longer (at most two heartbeats) after telling the
+        others that the job ends, so they read why instead of finding the store gone.
+        """
+        if self.cfg.node_rank == 0 and self._told is not None and self.store is not None:
+            key, since = self._told
+            deadline = since + min(4.0, 2 * self._interval + 0.5)
+            others = self.cfg.nnodes - 1
+
+            def linger() -> None:
+                while self.store.add(self._key(key), 0) < others and time.monotonic() < deadline:
+                    time.sleep(0.05)
+
+            self._quietly(linger, max(0.0, deadline - time.monotonic()))
+            logger.info("served the store until %s nodes read %s (or for %.1f s)", others, key, deadline - since)
         self._stop.set()
         if self._claimed and self.store is not None:
             key = self._key(f"claim/{self.cfg.node_rank}")
