@@ -16,6 +16,11 @@ alternate in each round, and a run's figure is the median samples/s (all ranks t
 epochs after the first. Printed: the median over rounds of each configuration, and the ratios
 example/baseline (goal >= 2), DDP/all_reduce and 2 ranks/1 rank. Before that, the input
 pipelines alone (one process, no model) are timed the same alternating way.
+
+The ceiling for 2 ranks against 1 is what the cores give with no communication at all: as many
+independent 1-rank jobs as there are cores, each with 1 thread, run at once (their samples/s
+added), against the 1-rank job (which may use every core's thread). Goal: 2 ranks / 1 rank
+>= 0.85 of that ceiling, and >= 1.0x.
 """
 
 from __future__ import annotations
@@ -93,6 +98,8 @@ def pipeline_rates(data_dir: Path, batch_size: int, rounds: int) -> dict[str, fl
 
 def run(config: str, data_dir: Path, epochs: int, work: Path) -> float:
     """One launcher run of a configuration; the median samples/s of its epochs after the first."""
+    if config == CEILING:
+        return ceiling(data_dir, epochs, work)
     out = work / f"{config}-{time.monotonic_ns()}.jsonl"
     nproc = "1" if config == "example, 1 rank" else "2"
     launch = [sys.executable, "-m", "npu_migrate.launch", "--device-num", nproc]
@@ -110,7 +117,28 @@ def run(config: str, data_dir: Path, epochs: int, work: Path) -> float:
     return statistics.median(r["samples_per_sec"] for r in rows[1:])
 
 
-CONFIGS = ["example, DDP", "seed 000 baseline", "example, all_reduce", "example, 1 rank"]
+def ceiling(data_dir: Path, epochs: int, work: Path) -> float:
+    """Independent 1-thread, 1-rank jobs, one per core, all at once: their samples/s added."""
+    procs, outs = [], []
+    for i in range(os.cpu_count() or 1):
+        outs.append(work / f"ceiling{i}-{time.monotonic_ns()}.jsonl")
+        cmd = [sys.executable, "-m", "npu_migrate.launch", "--device-num", "1", str(EXAMPLE), "--dataset", "mnist",
+               "--data-dir", str(data_dir), "--epochs", str(epochs), "--grad-sync", "ddp", "--metrics", str(outs[-1])]
+        env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
+        procs.append(subprocess.Popen(cmd, env=env, cwd=work, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+    for proc in procs:
+        _, err = proc.communicate(timeout=600)
+        if proc.returncode != 0:
+            raise SystemExit(f"error: the ceiling's 1-rank job failed ({proc.returncode}):\n{err[-2000:]}")
+    total = 0.0
+    for out in outs:
+        rows = [json.loads(line) for line in out.read_text().splitlines()]
+        total += statistics.median(r["samples_per_sec"] for r in rows[1:])
+    return total
+
+
+CEILING = "ceiling, 1-thread 1-rank jobs on every core"
+CONFIGS = ["example, DDP", "seed 000 baseline", "example, all_reduce", "example, 1 rank", CEILING]
 
 
 def main() -> None:
@@ -137,15 +165,18 @@ def main() -> None:
             order = CONFIGS if round_ % 2 == 0 else CONFIGS[::-1]
             for config in order:
                 figures[config].append(run(config, work / "data", args.epochs, work))
-                print(f"  round {round_ + 1}: {config:<20} {figures[config][-1]:8,.0f} samples/s", flush=True)
+                print(f"  round {round_ + 1}: {config:<44} {figures[config][-1]:8,.0f} samples/s", flush=True)
 
     med = {c: statistics.median(v) for c, v in figures.items()}
     print("\ntraining throughput, CPU, median over rounds (samples/s, all ranks together):")
     for config in CONFIGS:
-        print(f"  {config:<20} {med[config]:8,.0f}")
+        print(f"  {config:<44} {med[config]:8,.0f}")
     print(f"example / seed 000 baseline (2 ranks): {med['example, DDP'] / med['seed 000 baseline']:.2f}x (goal >= 2)")
     print(f"DDP / manual all_reduce (2 ranks):     {med['example, DDP'] / med['example, all_reduce']:.2f}x")
-    print(f"2 ranks / 1 rank (example, DDP):       {med['example, DDP'] / med['example, 1 rank']:.2f}x")
+    two_vs_one = med["example, DDP"] / med["example, 1 rank"]
+    ceiling_ratio = med[CEILING] / med["example, 1 rank"]
+    print(f"2 ranks / 1 rank (example, DDP):       {two_vs_one:.2f}x; ceiling (no communication) "
+          f"{ceiling_ratio:.2f}x; {two_vs_one / ceiling_ratio:.2f} of the ceiling (goal >= 0.85 and >= 1.0x)")
 
 
 if __name__ == "__main__":

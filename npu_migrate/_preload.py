@@ -17,6 +17,7 @@ try:
 
     import npu_migrate.device  # noqa: F401
     import npu_migrate.distributed  # noqa: F401
-    import npu_migrate.launch  # noqa: F401
+    import npu_migrate.launch.forkserver  # noqa: F401 - registers the workers' cleanup at exit
+    import npu_migrate.launch.worker  # noqa: F401
 except Exception:  # noqa: BLE001, S110 - reported by the launcher, see above
     pass

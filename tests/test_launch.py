@@ -2,98 +2,19 @@
 
 from __future__ import annotations
 
-import json
-import os
 import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from conftest import FAKE_NPU, ROOT, TESTS, WORKERS, child_env, free_port
+from conftest import FAKE_NPU, ROOT, TESTS, child_env
+from launch_support import JOB, Launch, alive, all_pids, assert_all_gone, reports, wait_for_files
+from test_launch_signals import two_free_ports
 
-JOB = WORKERS / "launch_job.py"
 HOST = socket.gethostname()
-
-
-class Launch:
-    """One `python -m npu_migrate.launch ...` process, as a user would start it."""
-
-    def __init__(self, tmp: Path, *args: str, name: str = "launch", paths: tuple = (), **env: str) -> None:
-        self.out = tmp
-        self.stdout = tmp / f"{name}.out"
-        self.stderr = tmp / f"{name}.err"
-        with self.stdout.open("w") as out, self.stderr.open("w") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "npu_migrate.launch", *args],
-                env=child_env(*paths, OUT_DIR=str(tmp), **env), cwd=ROOT, stdout=out, stderr=err,
-            )
-
-    def wait(self, timeout: float = 90) -> int:
-        try:
-            return self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            raise AssertionError(f"launcher did not end within {timeout} s:\n{self.err}")
-
-    @property
-    def err(self) -> str:
-        return self.stderr.read_text()
-
-    @property
-    def outtext(self) -> str:
-        return self.stdout.read_text()
-
-
-def reports(tmp: Path, n: int) -> list[dict]:
-    return [json.loads((tmp / f"rank{r}.json").read_text()) for r in range(n)]
-
-
-def wait_for_files(tmp: Path, names: list[str], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not all((tmp / n).exists() for n in names):
-        assert time.monotonic() < deadline, f"workers never wrote {names}"
-        time.sleep(0.1)
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie waiting for its parent is dead for our purpose
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(") ")[-1][0] != "Z"
-    except OSError:
-        return False
-
-
-def assert_all_gone(pids: list[int], timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while any(alive(p) for p in pids):
-        assert time.monotonic() < deadline, f"left running: {[p for p in pids if alive(p)]}"
-        time.sleep(0.1)
-
-
-def all_pids(tmp: Path, n: int) -> list[int]:
-    return [pid for r in reports(tmp, n) for pid in r["pids"]]
-
-
-def two_free_ports() -> int:
-    """A port P with P + 1 also free (multi-node launchers use both)."""
-    for _ in range(50):
-        port = free_port()
-        with socket.socket() as s:
-            try:
-                s.bind(("", port + 1))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no pair of free ports")
 
 
 # --------------------------------------------------------------------------- worlds
@@ -198,7 +119,7 @@ def test_slurm_environment_fills_in_the_nodes(tmp_path: Path) -> None:
     ("gpu07", "gpu07"), ("gpu[07-09,12],cpu1", "gpu07"), ("a,b", "a"), ("n[1,3]", "n1"), ("rack1-n[003-004]", "rack1-n003"),
 ])
 def test_first_host_of_a_slurm_node_list(nodelist: str, first: str) -> None:
-    from npu_migrate.launch import _slurm_first_host
+    from npu_migrate.launch.config import _slurm_first_host
 
     assert _slurm_first_host(nodelist) == first
 
@@ -275,26 +196,6 @@ def test_failure_on_one_node_ends_the_other_node_quickly(tmp_path: Path) -> None
     assert_all_gone(all_pids(tmp_path, 4))
 
 
-def test_two_launchers_with_the_same_node_rank(tmp_path: Path) -> None:
-    port = str(two_free_ports())
-    release = tmp_path / "release"
-    common = ["--nnodes", "2", "--device-num", "1", "--addr", "127.0.0.1", "--port", port, "--join-timeout", "60"]
-    node0 = Launch(tmp_path, *common, "--node-rank", "0", str(JOB), "--wait-for", str(release), name="node0")
-    node1 = Launch(tmp_path, *common, "--node-rank", "1", str(JOB), "--wait-for", str(release), name="node1")
-    wait_for_files(tmp_path, ["rank0.json", "rank1.json"])
-    dup = Launch(tmp_path, *common, "--node-rank", "1", str(JOB), name="dup")
-    try:
-        assert dup.wait(30) == 1
-    finally:
-        release.touch()  # the real job may finish now
-    assert dup.err.strip().splitlines()[-1] == (
-        f"npu-migrate launch: error: node rank 1 is already taken by the launcher on host {HOST}: "
-        "give every node a different --node-rank in [0, 2)."
-    )
-    assert node0.wait() == 0, node0.err
-    assert node1.wait() == 0, node1.err
-
-
 # --------------------------------------------------------------------------- bad input
 
 
@@ -314,7 +215,7 @@ def refuse(tmp_path: Path, *args: str, paths: tuple = (), **env: str) -> str:
     (["--node-rank", "-1", str(JOB)], "--node-rank -1 is outside [0, 1)"),
     (["missing_script.py"], "script 'missing_script.py' not found"),
     (["-m", "no_such_module_xyz"], "module 'no_such_module_xyz' not found"),
-    (["--device", "gpu", str(JOB)], "Unknown device 'gpu' from --device. Expected one of: auto, npu, cuda, cpu"),
+    (["--device", "gpu", str(JOB)], "argument --device: invalid choice: 'gpu'"),
     (["--port", "0", str(JOB)], "--port 0 is outside 1-65535"),
     (["--port", "70000", str(JOB)], "--port 70000 is outside 1-65535"),
     (["--device", "npu", str(JOB)], "npu needs torch_npu, which is not installed"),

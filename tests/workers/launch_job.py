@@ -9,6 +9,8 @@ Then, on the rank named by --on-rank (all ranks when -1):
   --fail-first      raise on the first attempt only (TORCHELASTIC_RESTART_COUNT == 0)
   --sleep S         sleep S seconds before finishing (all ranks)
   --wait-for FILE   wait (up to 60 s) until FILE exists before finishing (all ranks)
+  --hold FILE       wait (without a deadline: the launcher ends it) until FILE exists (all ranks)
+  --ignore-term     ignore SIGTERM (all ranks), so stopping them takes the launcher's grace period
 Unknown arguments are recorded, not parsed, so pass-through can be checked.
 """
 
@@ -30,6 +32,8 @@ def flag(name: str) -> str | None:
     return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else None
 
 
+if "--ignore-term" in sys.argv:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 info = nm.init_distributed()
 value = torch.tensor([float(info.rank + 1)])
 dist.all_reduce(value)
@@ -43,6 +47,8 @@ report = {
     "env": {k: os.environ.get(k) for k in (
         "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK",
         "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT", "NPU_MIGRATE_DEVICE")},
+    "extra_env": {k: os.environ.get(k) for k in ("GLOO_SOCKET_IFNAME", "OMP_NUM_THREADS", "TORCHELASTIC_RUN_ID")},
+    "threads": torch.get_num_threads(),
     "backend": info.backend,
     "device": str(info.device),
     "current_device_index": nm.current_device_index(),
@@ -65,6 +71,9 @@ if me and "--fail-first" in sys.argv and os.environ["TORCHELASTIC_RESTART_COUNT"
     raise RuntimeError("first attempt fails")
 if "--hang" in sys.argv or (not me and ("--fail" in sys.argv or flag("--exit") or flag("--signal"))):
     time.sleep(1000)  # the other ranks wait: only the launcher can end them
+if flag("--hold"):
+    while not os.path.exists(flag("--hold")):
+        time.sleep(0.1)
 if flag("--sleep"):
     time.sleep(float(flag("--sleep")))
 if flag("--wait-for"):

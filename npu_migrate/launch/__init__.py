@@ -1,0 +1,54 @@
+"""``python -m npu_migrate.launch``: one process per device, on one node or many, ending as one job.
+
+Usage::
+
+    python -m npu_migrate.launch --device-num 8 train.py --epochs 10
+    # two nodes: the same command on each, with its own --node-rank
+    python -m npu_migrate.launch --device-num 8 --nnodes 2 --node-rank 0 --addr 10.0.0.1 train.py
+
+    # a function target, as scripts that call mp.spawn themselves do: fn(local_rank, *args) on every device
+    from npu_migrate.launch import spawn
+    spawn(train, args=(opt,), nproc=8, nnodes=opt.world_size, node_rank=opt.rank, addr=opt.addr)
+
+Every worker gets torchrun's variables (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK,
+MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT...) plus NODE_RANK, NPU_MIGRATE_DEVICE,
+OMP_NUM_THREADS and the interface that reaches node 0, has its device bound, and runs SCRIPT as
+``__main__`` with ``sys.argv = [SCRIPT, *ARGS]``.
+
+One concept per module:
+
+* :mod:`.config`: the checked settings of one node (:func:`make_config`), the world table;
+* :mod:`.cluster`: Slurm/Kubeflow variables, host lists, addresses, interfaces, cores;
+* :mod:`.rendezvous`: multi-node membership, heartbeats and the failure board (documented there);
+* :mod:`.worker`: the bootstrap of each worker process;
+* :mod:`.supervisor`: the job's phases, restarts and failure reports; :func:`spawn`;
+* :mod:`.forkserver`: the fork server that has torch loaded;
+* :mod:`.signals`: SIGINT/SIGTERM in every phase;
+* :mod:`.errors`: exceptions and one-line messages;
+* :mod:`.cli`: the flags, ``run`` and ``main``.
+
+Importing this package does not import torch: the launcher starts its fork server first.
+"""
+
+from __future__ import annotations
+
+from npu_migrate.launch.cli import add_arguments, build_parser, main, run
+from npu_migrate.launch.config import (
+    CONTROL_PORT_OFFSET,
+    DEFAULT_NODE_TIMEOUT,
+    DEFAULT_PORT,
+    LaunchConfig,
+    Target,
+    make_config,
+    world_table,
+)
+from npu_migrate.launch.errors import JobFailed, LaunchError, LaunchUsageError
+from npu_migrate.launch.signals import STOP_GRACE_S
+from npu_migrate.launch.supervisor import spawn
+
+
+__all__ = [
+    "CONTROL_PORT_OFFSET", "DEFAULT_NODE_TIMEOUT", "DEFAULT_PORT", "STOP_GRACE_S", "JobFailed", "LaunchConfig",
+    "LaunchError", "LaunchUsageError", "Target", "add_arguments", "build_parser", "main", "make_config", "run",
+    "spawn", "world_table",
+]

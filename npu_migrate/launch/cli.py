@@ -1,0 +1,166 @@
+"""The launcher's command line: ``python -m npu_migrate.launch`` and ``npu-migrate launch``.
+
+Usage::
+
+    python -m npu_migrate.launch --device-num 8 train.py --epochs 10
+    python -m npu_migrate.launch --device-num 8 --nnodes 2 --node-rank 0 --addr 10.0.0.1 train.py
+    python -m npu_migrate.launch --dry-run --device-num 2 train.py     # print the world, start nothing
+
+:func:`add_arguments` holds every flag (shared by both entry points; add new flags there),
+:func:`run` validates and starts the job, :func:`main` maps errors to exit codes: 0 ok, 1 the
+job or the launcher failed, 2 bad input, 128+N signal N.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import shutil
+import sys
+import tempfile
+from typing import Any
+
+from npu_migrate import autoload
+from npu_migrate.argparsing import OneLineParser
+from npu_migrate.errors import NpuMigrateError, exit_code
+from npu_migrate.launch.config import (
+    CONTROL_PORT_OFFSET,
+    DEFAULT_NODE_TIMEOUT,
+    DEFAULT_PORT,
+    Target,
+    make_config,
+    world_table,
+)
+from npu_migrate.launch.errors import LaunchUsageError, say
+from npu_migrate.launch.forkserver import start_fork_server, stop_fork_server
+from npu_migrate.registry import FAMILY_CHOICES
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The launcher's flags; shared by ``python -m npu_migrate.launch`` and ``npu-migrate launch``."""
+    parser.add_argument("--device-num", "--device_num", "--nproc-per-node", "--nproc_per_node", dest="nproc",
+                        type=int, default=None,
+                        help="Processes on this node, one per device (default: the devices of the family; 1 on CPU).")
+    parser.add_argument("--nnodes", "--world-size", "--world_size", dest="nnodes", type=int, default=None,
+                        help="Number of nodes; --world-size is accepted for scripts that call it that (default: 1, or from Slurm/Kubeflow).")
+    parser.add_argument("--node-rank", "--node_rank", dest="node_rank", type=int, default=None,
+                        help="Index of this node in [0, nnodes) (default: 0, or from Slurm/Kubeflow).")
+    parser.add_argument("--addr", "--master-addr", "--master_addr", dest="addr", default=None,
+                        help="Address of node 0; on node 0 it must be one of its own (default: 127.0.0.1, or from Slurm/Kubeflow).")
+    parser.add_argument("--port", "--master-port", "--master_port", dest="port", type=int, default=None,
+                        help=f"MASTER_PORT (default: a free port on one node, {DEFAULT_PORT} on several; "
+                             f"multi-node launchers also use port + {CONTROL_PORT_OFFSET} for the rendezvous).")
+    parser.add_argument("--device", default=None, choices=FAMILY_CHOICES,
+                        help="Device family (default: NPU_MIGRATE_DEVICE, else detected; auto detects).")
+    parser.add_argument("--log-dir", "--log_dir", dest="log_dir", default=None,
+                        help="Write each rank's output to DIR/rank{N}.log instead of the console "
+                             "(and the launcher's own details to DIR/launcher-node{K}.log on multi-node jobs).")
+    parser.add_argument("--max-restarts", "--max_restarts", dest="max_restarts", type=int, default=0,
+                        help="Restart the whole job this many times after a failure or a lost node "
+                             "(default: %(default)s).")
+    parser.add_argument("--join-timeout", dest="join_timeout", type=float, default=600.0,
+                        help="Seconds to wait for the other nodes' launchers (default: %(default)s).")
+    parser.add_argument("--node-timeout", dest="node_timeout", type=float, default=DEFAULT_NODE_TIMEOUT,
+                        help="Seconds without a node's heartbeat before it counts as lost and the job "
+                             "ends or restarts (default: %(default)s).")
+    parser.add_argument("--job-id", "--rdzv-id", "--rdzv_id", dest="job_id", default=None,
+                        help="The job's token, the same on every node; launchers of other jobs on the same "
+                             "address and port are refused (default: SLURM_JOB_ID, TORCHELASTIC_RUN_ID, or a "
+                             "hash of --addr, --port and the script with its arguments).")
+    parser.add_argument("--migrate", action="store_true",
+                        help="Runtime migration: the script's CUDA calls go to the chosen device (npu, or cpu for tests).")
+    parser.add_argument("--migrate-report", dest="migrate_report", default=None,
+                        help="With --migrate, merge what every rank redirected into FILE (.json or markdown).")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="Print every process's ranks, device, backend and environment; start nothing.")
+    parser.add_argument("-m", "--module", action="store_true",
+                        help="Run SCRIPT as a module, like python -m.")
+    parser.add_argument("script", metavar="SCRIPT", help="The training script (or module with -m).")
+    parser.add_argument("script_args", metavar="ARGS", nargs=argparse.REMAINDER,
+                        help="Arguments for the script, passed through untouched.")
+
+
+def build_parser(subparsers: Any = None) -> argparse.ArgumentParser:
+    """Add ``launch`` to ``subparsers`` (or make the stand-alone parser)."""
+    description = "Start one process per device on this node; all of them end when one fails."
+    if subparsers is None:
+        parser = OneLineParser(prog="python -m npu_migrate.launch", description=description)
+    else:
+        parser = subparsers.add_parser("launch", help="Run a training script on every device.",
+                                       description=description)
+    add_arguments(parser)
+    parser.set_defaults(func=run)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """Validate, then launch (or print the world with --dry-run)."""
+    from npu_migrate.launch.supervisor import run_job
+
+    if args.module:
+        if importlib.util.find_spec(args.script.split(".")[0]) is None:
+            raise LaunchUsageError(f"module {args.script!r} not found: check the name and that it is importable from here.")
+        target = Target(module=args.script, args=tuple(args.script_args))
+    else:
+        if not os.path.isfile(args.script):
+            raise LaunchUsageError(f"script {args.script!r} not found (working directory {os.getcwd()}).")
+        target = Target(script=args.script, args=tuple(args.script_args))
+    if args.migrate_report and not args.migrate:
+        raise LaunchUsageError("--migrate-report needs --migrate: it reports what runtime migration redirected.")
+    report_dir = None
+    if args.migrate and not args.dry_run:
+        # Before the fork server starts: it imports torch, and the migration must be armed there.
+        from npu_migrate import _migrate_hook
+
+        report_dir = tempfile.mkdtemp(prefix="npu_migrate_report_") if args.migrate_report else None
+        _migrate_hook.export_environment(args.device, args.nproc or 1, report_dir)
+    methods: list[str] = []
+    try:
+        cfg = make_config(args.nproc, args.nnodes, args.node_rank, args.addr, args.port, args.device,
+                          args.log_dir, args.max_restarts, args.join_timeout,
+                          before_device=None if args.dry_run else lambda: methods.append(start_fork_server()),
+                          job_id=args.job_id, node_timeout=args.node_timeout, identity=target.identity())
+    except NpuMigrateError:
+        stop_fork_server()
+        raise
+    if args.dry_run:
+        print(world_table(cfg, target))
+        return 0
+    migrating = f", CUDA calls migrated to {cfg.device}" if args.migrate else ""
+    threads = f", {cfg.omp_threads} thread(s) per rank" if cfg.omp_threads else ""
+    say(f"node {cfg.node_rank} of {cfg.nnodes}: {cfg.nproc} process(es) on {cfg.device} with {cfg.backend}, "
+        f"master {cfg.addr}:{cfg.port}, {cfg.net_note}{threads} (settings from {cfg.sources}){migrating}")
+    try:
+        return run_job(cfg, target, methods[0])
+    except NpuMigrateError:
+        stop_fork_server()
+        raise
+    finally:
+        if report_dir:
+            from npu_migrate.migrate.cli import write_report
+
+            say(write_report(report_dir, args.migrate_report))
+            shutil.rmtree(report_dir, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m npu_migrate.launch``: the same job and exit codes as ``npu-migrate launch``."""
+    args = build_parser().parse_args(argv)
+    try:
+        autoload.disable_unless_needed(args.device)
+        autoload.check_versions()
+        return run(args)
+    except NpuMigrateError as exc:
+        say(f"error: {exc}")
+        return exit_code(exc)
+    except BrokenPipeError:  # `--dry-run | head`: the reader left
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except RuntimeError as exc:
+        line = autoload.explain(exc)
+        if line is None:
+            raise
+        stop_fork_server()
+        say(f"error: {line}")
+        return 1

@@ -1,0 +1,329 @@
+"""One node's share of a job: the checked settings, what each worker runs, the world table.
+
+Usage::
+
+    cfg = make_config(nproc=2, nnodes=2, node_rank=1, addr="10.0.0.1", port=29500)
+    cfg.worker_env(local_rank=1)     # RANK=3 LOCAL_RANK=1 WORLD_SIZE=4 ... OMP_NUM_THREADS ...
+    print(world_table(cfg, Target(script="train.py")))   # --dry-run
+
+Settings come from the flags, then Slurm or a Kubeflow/torchrun-style environment
+(:mod:`npu_migrate.launch.cluster`), then single-node defaults. Input that cannot work is refused
+here, in one line, before anything starts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shlex
+import socket
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from npu_migrate.launch import cluster
+from npu_migrate.launch.errors import LaunchError, LaunchUsageError
+
+DEFAULT_PORT = 29500
+"""MASTER_PORT when several nodes are launched and no --port is given (torchrun's default)."""
+
+CONTROL_PORT_OFFSET = 1
+"""Node 0's launcher serves the rendezvous store on MASTER_PORT + this (multi-node jobs only)."""
+
+DEFAULT_NODE_TIMEOUT = 20.0
+"""Seconds without a heartbeat after which a node counts as lost (checked every tenth of it)."""
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """Everything about one node's share of the job.
+
+    Attributes:
+        nproc: processes (devices) on this node.
+        nnodes: nodes in the job.
+        node_rank: index of this node.
+        addr: address of node 0, where rank 0 serves the rendezvous.
+        port: MASTER_PORT.
+        device: device family of the workers.
+        backend: torch.distributed backend of that family.
+        log_dir: one ``rank{N}.log`` per rank here instead of the console.
+        max_restarts: how often the whole job is started again after a failure.
+        join_timeout: seconds to wait for the other nodes' launchers.
+        sources: where nnodes, node rank and address came from (flags, Slurm...).
+        omp_threads: threads per rank (OMP_NUM_THREADS and torch.set_num_threads); None where
+            the user set OMP_NUM_THREADS.
+        job_id: the token every node of this job shares; launchers of other jobs are refused.
+        node_timeout: seconds without a heartbeat before a node counts as lost.
+        net_env: interface variables for the workers (GLOO_SOCKET_IFNAME...).
+        net_note: how the interface was chosen, for the start-up line.
+    """
+
+    nproc: int
+    nnodes: int = 1
+    node_rank: int = 0
+    addr: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    device: str = "cpu"
+    backend: str = "gloo"
+    log_dir: str | None = None
+    max_restarts: int = 0
+    join_timeout: float = 600.0
+    sources: str = "defaults"
+    omp_threads: int | None = None
+    job_id: str = "npu_migrate"
+    node_timeout: float = DEFAULT_NODE_TIMEOUT
+    net_env: tuple[tuple[str, str], ...] = ()
+    net_note: str = ""
+
+    @property
+    def world_size(self) -> int:
+        return self.nnodes * self.nproc
+
+    def rank(self, local_rank: int) -> int:
+        """Global rank of a local process: node rank x processes per node + local index."""
+        return self.node_rank * self.nproc + local_rank
+
+    def device_of(self, local_rank: int) -> str:
+        return "cpu" if self.device == "cpu" else f"{self.device}:{local_rank}"
+
+    def worker_env(self, local_rank: int, restart_count: int = 0) -> dict[str, str]:
+        """The variables a worker gets: torchrun's, plus NODE_RANK and NPU_MIGRATE_DEVICE."""
+        env = {
+            "RANK": str(self.rank(local_rank)),
+            "LOCAL_RANK": str(local_rank),
+            "WORLD_SIZE": str(self.world_size),
+            "LOCAL_WORLD_SIZE": str(self.nproc),
+            "GROUP_RANK": str(self.node_rank),
+            "GROUP_WORLD_SIZE": str(self.nnodes),
+            "ROLE_RANK": str(self.rank(local_rank)),
+            "ROLE_WORLD_SIZE": str(self.world_size),
+            "ROLE_NAME": "default",
+            "NODE_RANK": str(self.node_rank),
+            "MASTER_ADDR": self.addr,
+            "MASTER_PORT": str(self.port),
+            "TORCHELASTIC_RESTART_COUNT": str(restart_count),
+            "TORCHELASTIC_MAX_RESTARTS": str(self.max_restarts),
+            "TORCHELASTIC_RUN_ID": self.job_id,
+            "NPU_MIGRATE_DEVICE": self.device,
+        }
+        if self.omp_threads is not None:
+            env["OMP_NUM_THREADS"] = str(self.omp_threads)
+        env.update(self.net_env)
+        return env
+
+
+@dataclass(frozen=True)
+class Target:
+    """What each worker runs: a script, a module (``-m``) or a function ``fn(local_rank, *args)``."""
+
+    script: str | None = None
+    module: str | None = None
+    fn: Callable[..., Any] | None = None
+    args: tuple[Any, ...] = ()
+
+    def describe(self) -> str:
+        if self.fn is not None:
+            return f"{getattr(self.fn, '__module__', '?')}.{getattr(self.fn, '__qualname__', self.fn)}(local_rank, ...)"
+        head = ["-m", self.module] if self.module else [self.script or ""]
+        return " ".join(shlex.quote(str(a)) for a in [*head, *self.args])
+
+    def identity(self) -> str:
+        """What names this job's program the same way on every node (for the default job id)."""
+        if self.fn is not None:
+            return f"{getattr(self.fn, '__module__', '?')}.{getattr(self.fn, '__qualname__', '?')}"
+        head = ["-m", self.module] if self.module else [os.path.basename(self.script or "")]
+        return " ".join(map(str, [*head, *self.args]))
+
+
+def _slurm_first_host(nodelist: str) -> str:
+    """First host of a Slurm node list: ``gpu[07-09,12],cpu1`` -> ``gpu07``."""
+    return cluster.expand_hostlist(nodelist, use_scontrol=False)[0]
+
+
+def _port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as TCPStore binds
+        try:
+            sock.bind(("", port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("", 0))
+        return int(sock.getsockname()[1])
+
+
+def _plain_settings(
+    nproc: int | None,
+    nnodes: int | None,
+    node_rank: int | None,
+    addr: str | None,
+    port: int | None,
+    max_restarts: int,
+    environ: dict[str, str],
+) -> dict[str, Any]:
+    """The checks that need no torch, so bad input is refused before anything heavy starts."""
+    given = {"nnodes": nnodes, "node_rank": node_rank, "addr": addr, "port": port}
+    try:
+        found, source = cluster.cluster_defaults(environ)
+    except ValueError as exc:
+        raise LaunchUsageError(f"could not read the cluster environment: {exc}. Pass --nnodes, --node-rank and --addr.") from None
+    from_env = [k for k in found if given.get(k) is None]
+    values = {k: (v if v is not None else found.get(k)) for k, v in given.items()}
+    sources = ", ".join(
+        part for part in (
+            "flags" if any(v is not None for v in given.values()) else "",
+            f"{source}: {', '.join(from_env)}" if from_env else "",
+        ) if part
+    ) or "defaults"
+    nnodes = 1 if values["nnodes"] is None else int(values["nnodes"])
+    node_rank = 0 if values["node_rank"] is None else int(values["node_rank"])
+    addr = "127.0.0.1" if values["addr"] is None else str(values["addr"])
+
+    if nnodes < 1:
+        raise LaunchUsageError(f"--nnodes {nnodes} is not positive: expected the number of nodes, 1 or more.")
+    if not 0 <= node_rank < nnodes:
+        raise LaunchUsageError(
+            f"--node-rank {node_rank} is outside [0, {nnodes}) for --nnodes {nnodes}: "
+            "give each node a different rank from 0 to nnodes-1."
+        )
+    if nproc is not None and nproc < 1:
+        raise LaunchUsageError(f"--device-num {nproc} is not positive: expected 1 or more processes per node.")
+    if max_restarts < 0:
+        raise LaunchUsageError(f"--max-restarts {max_restarts} is negative: expected 0 or more.")
+    try:
+        socket.getaddrinfo(addr, None)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise LaunchUsageError(
+            f"--addr {addr!r} does not resolve ({exc.args[-1] if exc.args else exc}). Pass node 0's IP "
+            "address or a host name every node can resolve."
+        ) from None
+    if nnodes > 1 and node_rank == 0 and not cluster.is_local_address(addr):
+        raise LaunchUsageError(
+            f"--addr {addr} is not an address of this host, but this is node 0, which serves the job "
+            f"there: run node rank 0 on the host that has {addr}, or pass one of this host's addresses."
+        )
+    if values["port"] is None:
+        port = _free_port() if nnodes == 1 else DEFAULT_PORT
+    else:
+        port = int(values["port"])
+        last = 65535 - (CONTROL_PORT_OFFSET if nnodes > 1 else 0)
+        if not 1 <= port <= last:
+            raise LaunchUsageError(f"--port {port} is outside 1-{last}: pick a free TCP port.")
+        if node_rank == 0:
+            wanted = [port] if nnodes == 1 else [port, port + CONTROL_PORT_OFFSET]
+            busy = [p for p in wanted if not _port_is_free(p)]
+            if busy:
+                raise LaunchError(
+                    f"port {busy[0]} is in use on this host: pick another --port"
+                    + (" or leave it out to get a free one." if nnodes == 1 else
+                       f" (the same on every node; the launcher also uses --port + {CONTROL_PORT_OFFSET}).")
+                )
+    return {"nnodes": nnodes, "node_rank": node_rank, "addr": addr, "port": port, "sources": sources}
+
+
+def default_job_id(addr: str, port: int, identity: str, environ: dict[str, str]) -> str:
+    """The scheduler's job id where there is one, else a hash of what every node was given alike."""
+    from_env = cluster.job_id_from_env(environ)
+    if from_env:
+        return from_env
+    digest = hashlib.sha256(f"{addr}\0{port}\0{identity}".encode()).hexdigest()[:16]
+    return f"npu_migrate-{digest}"
+
+
+def _accelerators(spec: Any) -> int:
+    """How many devices of ``spec``'s own family are visible (not the detected family's)."""
+    import torch
+
+    return int(getattr(torch, spec.name).device_count())
+
+
+def make_config(
+    nproc: int | None = None,
+    nnodes: int | None = None,
+    node_rank: int | None = None,
+    addr: str | None = None,
+    port: int | None = None,
+    device: str | None = None,
+    log_dir: str | None = None,
+    max_restarts: int = 0,
+    join_timeout: float = 600.0,
+    environ: dict[str, str] | None = None,
+    before_device: Callable[[], Any] | None = None,
+    job_id: str | None = None,
+    node_timeout: float = DEFAULT_NODE_TIMEOUT,
+    identity: str = "",
+) -> LaunchConfig:
+    """Check the launcher's input and fill in what is missing; start nothing.
+
+    Flags win; then Slurm or a Kubeflow/torchrun-style environment; then single-node defaults.
+
+    Args:
+        before_device: called after the checks that need no torch and before the device
+            family is resolved (the launcher starts its fork server there).
+        job_id: the job's token (default: Slurm's job id, TORCHELASTIC_RUN_ID, or a hash of
+            the address, port and ``identity``).
+        node_timeout: seconds without a heartbeat before a node counts as lost.
+        identity: what the job runs, the same on every node (:meth:`Target.identity`).
+
+    Raises:
+        LaunchUsageError: input that cannot work, as one line.
+        LaunchError: a port already in use.
+        UnknownDeviceError, DeviceUnavailableError: from the device layer.
+    """
+    environ = dict(os.environ if environ is None else environ)
+    plain = _plain_settings(nproc, nnodes, node_rank, addr, port, max_restarts, environ)
+    if job_id is not None and (not job_id or any(c.isspace() or c == "/" for c in job_id)):
+        raise LaunchUsageError(f"--job-id {job_id!r} is not usable: expected a non-empty name without spaces or '/'.")
+    if node_timeout < 3:
+        raise LaunchUsageError(f"--node-timeout {node_timeout:g} is too short: expected 3 seconds or more.")
+    if join_timeout <= 0:
+        raise LaunchUsageError(f"--join-timeout {join_timeout:g} is not positive: expected seconds to wait for the other nodes.")
+    if before_device is not None:
+        before_device()
+    from npu_migrate import device as _device
+
+    spec = _device.device_spec(device)
+    count = _accelerators(spec) if spec.is_accelerator else 1
+    if nproc is None:
+        nproc = count
+    if spec.is_accelerator and nproc > count:
+        mask = environ.get(spec.visible_devices_env or "")
+        seen = f" ({spec.visible_devices_env}={mask!r})" if mask is not None else ""
+        raise LaunchUsageError(
+            f"--device-num {nproc} is more than the {count} {spec.name} device(s) visible here{seen}. "
+            f"Use --device-num {count} or fewer."
+        )
+    # torchrun gives every rank 1 thread; sharing the node's cores keeps a lone rank as fast as
+    # plain python and several ranks from oversubscribing. The worker also calls
+    # torch.set_num_threads: the fork server imported torch before this value existed.
+    omp = None if "OMP_NUM_THREADS" in environ else max(1, cluster.node_cores() // nproc)
+    backend = _device.default_backend(spec)
+    net_env, net_note = cluster.network_env(plain["addr"], backend, environ, multi_node=plain["nnodes"] > 1)
+    return LaunchConfig(
+        nproc=nproc, device=spec.name, backend=backend, log_dir=log_dir,
+        max_restarts=max_restarts, join_timeout=join_timeout, omp_threads=omp,
+        job_id=job_id or default_job_id(plain["addr"], plain["port"], identity, environ),
+        node_timeout=node_timeout, net_env=tuple(sorted(net_env.items())), net_note=net_note, **plain,
+    )
+
+
+def world_table(cfg: LaunchConfig, target: Target) -> str:
+    """The ``--dry-run`` text: every process of this node, its ranks, device, backend and variables."""
+    lines = [
+        f"world: {cfg.nnodes} node(s) x {cfg.nproc} process(es) = {cfg.world_size} rank(s) on "
+        f"{cfg.device} with {cfg.backend}; master {cfg.addr}:{cfg.port}; settings from {cfg.sources}",
+        f"target: {target.describe()}",
+        f"job id: {cfg.job_id}; {cfg.net_note}",
+        "",
+        f"{'node':>4}  {'local_rank':>10}  {'rank':>4}  {'device':<8}  backend",
+    ]
+    for local in range(cfg.nproc):
+        lines.append(f"{cfg.node_rank:>4}  {local:>10}  {cfg.rank(local):>4}  {cfg.device_of(local):<8}  {cfg.backend}")
+    lines.append("")
+    for local in range(cfg.nproc):
+        env = " ".join(f"{k}={v}" for k, v in cfg.worker_env(local).items())
+        lines.append(f"rank {cfg.rank(local)}: {env}")
+    return "\n".join(lines)

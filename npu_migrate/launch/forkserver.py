@@ -1,0 +1,115 @@
+"""The fork server that has torch imported before the launcher does, so a worker costs one fork.
+
+Usage::
+
+    method = start_fork_server()   # before anything imports torch in the launcher
+    ...                            # torch.multiprocessing.start_processes(..., start_method=method)
+    stop_fork_server()             # once every worker is reaped
+
+The fork server imports :mod:`npu_migrate._preload` (torch, quietly) once. Importing this module
+inside the fork server registers :func:`kill_worker_groups` to run at its exit, so killing the
+launcher (even with SIGKILL) takes every worker's process group with it.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import sys
+
+PRELOAD = ["npu_migrate._preload"]
+"""Imported once by the fork server; every worker forked from it starts with torch loaded. The
+module imports torch quietly: if torch cannot be imported (a broken torch_npu auto-loaded), the
+launcher's own import says so in one line, and nothing is forked."""
+
+
+def in_fork_server() -> bool:
+    """True while multiprocessing's fork server imports this module as a preload."""
+    frame = sys._getframe()
+    suffix = os.path.join("multiprocessing", "forkserver.py")
+    while frame is not None:
+        if frame.f_code.co_name == "main" and frame.f_code.co_filename.endswith(suffix):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def kill_worker_groups() -> None:
+    """Fork server exit: SIGKILL the process group of every worker it forked.
+
+    The fork server exits when the launcher does, even by SIGKILL (its pipe to the launcher
+    closes). PR_SET_PDEATHSIG then kills each worker, but not what a worker started; each
+    worker leads its own process group, so killing the groups here takes those too.
+    """
+    children: set[int] = set()
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/children", encoding="ascii") as fh:
+                children.update(int(pid) for pid in fh.read().split())
+        except OSError:
+            continue
+    for pid in children:
+        for kill in (os.killpg, os.kill):
+            try:
+                kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+if sys.platform.startswith("linux") and in_fork_server():
+    import atexit
+
+    atexit.register(kill_worker_groups)
+
+
+def start_fork_server() -> str:
+    """Start the fork server that preloads torch, before this process imports it; return the method."""
+    method = os.environ.get("NPU_MIGRATE_START_METHOD", "forkserver")
+    if method == "forkserver" and "forkserver" in multiprocessing.get_all_start_methods():
+        from multiprocessing import forkserver
+
+        forkserver.set_forkserver_preload(PRELOAD)
+        forkserver.ensure_running()
+        quiet_torch_cpp_log()
+        return "forkserver"
+    return "spawn"
+
+
+def quiet_torch_cpp_log() -> None:
+    """Keep torch's C++ warnings (TCPStore's reverse look-ups...) off the launcher's console.
+
+    Call after the fork server started and before this process imports torch: c10 reads
+    TORCH_CPP_LOG_LEVEL when it loads, and the workers keep the fork server's environment.
+    A value the user set wins.
+    """
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+
+
+def stop_fork_server() -> None:
+    """End the fork server at once: nothing more will be launched from it.
+
+    It holds this process's stdout and stderr (while it imports torch, or winds down); a caller
+    reading them (a pipe, `| tee`, a test) would otherwise wait seconds for it.
+    """
+    from multiprocessing import forkserver
+
+    server = getattr(forkserver, "_forkserver", None)
+    pid = getattr(server, "_forkserver_pid", None)
+    if pid:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except OSError:
+            pass
+        # Let multiprocessing start a fresh one if this process launches again.
+        for attr, value in (("_forkserver_pid", None), ("_forkserver_address", None)):
+            if hasattr(server, attr):
+                setattr(server, attr, value)
+        alive = getattr(server, "_forkserver_alive_fd", None)
+        if alive is not None:
+            try:
+                os.close(alive)
+            except OSError:
+                pass
+            server._forkserver_alive_fd = None

@@ -1,0 +1,609 @@
+"""Multi-node membership: torch.distributed.elastic's dynamic rendezvous, plus a heartbeat and failure board.
+
+Usage (by the supervisor; one object per launcher)::
+
+    rdzv = Rendezvous(cfg, signals)
+    rdzv.connect()                 # reach node 0's store, check the job token, claim this node rank
+    rnd = rdzv.join()              # every node is in: generation, node ranks and hosts
+    ...                            # start the workers; poll rdzv.event() while they run
+    rdzv.finish(rnd.generation)    # every node's workers are done
+    rdzv.close()
+
+**Engine.** Node 0's launcher serves a ``TCPStore`` on ``--port + 1``. Membership is torch's
+:class:`DynamicRendezvousHandler` over the c10d backend (``C10dRendezvousBackend``) with
+``min_nodes = max_nodes = --nnodes`` and ``run_id`` = the job token; its keep-alive drops a
+participant that stops beating after ``--node-timeout``, so a replacement can join the next round.
+The handler numbers nodes its own way; the job's ranks stay ``node_rank x nproc + local_rank``:
+after each round every node publishes its ``--node-rank`` under its handler rank, and the round
+is accepted when the ranks are exactly ``0..nnodes-1``.
+
+**Keys** (all under ``npu_migrate/<job id>/`` in that store, except the first):
+
+===================== ====================================================================
+``npu_migrate/job``   the job token, set by node 0; a launcher with another token is refused
+                      and touches nothing else (another job or a stale launcher).
+``shape``             ``{"nnodes", "device_num", "max_restarts"}``, first writer wins; a node
+                      with other values aborts the job, so every node says why.
+``claim/<K>``         ``{"owner", "host", "pid"}`` of the launcher holding node rank K. Taken
+                      over when its owner is marked lost or its heartbeat stands still for
+                      ``--node-timeout``; while it beats, the newcomer is a duplicate.
+``alive/<owner>``     a counter each launcher adds 1 to every ``node_timeout / 10`` seconds
+                      (the heartbeat board); a counter that stands still for ``--node-timeout``
+                      means that node is lost. Node 0's own loss shows as the store going away.
+``lost/<owner>``      set by the node that noticed the loss: the relaunched node may claim at once.
+``running``           the generation that is running ("" while nodes are joining): a duplicate
+                      node rank ends a forming job, but is only refused by a running one.
+``gen``               the newest generation (restart count).
+``fail/<gen>``        the first failure of a generation (a rank's error, or a lost node),
+                      JSON; first writer wins; every node stops its ranks, then restarts or ends.
+``abort``             a reason that ends every launcher of the job, in any phase (duplicate
+                      node rank, mismatched flags, a signalled launcher, the job's last failure).
+``done/<gen>``,
+``acked/<gen>``       counters: every node's ranks finished; node 0 serves until all have read it.
+``seen/abort``,
+``seen/<gen>``        counters: the nodes that read ``abort`` / ``fail/<gen>``; node 0 serves
+                      (for at most two heartbeats) until the others have read why the job ends.
+``member/<i>``        (in the round's own store) ``{"node_rank", "host", "owner", "gen"}`` of
+                      handler rank i.
+===================== ====================================================================
+
+Node 0 holds the store: if node 0 is lost, the other nodes end the job even with
+``--max-restarts`` (a new node 0 would serve an empty store that the survivors do not know).
+
+The token is a namespace, not a secret: anyone who can reach ``--port + 1`` and knows it can
+write there, as with torchrun's c10d rendezvous. Keep that port inside the cluster's network.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Callable
+
+from npu_migrate.launch import cluster
+from npu_migrate.launch.config import CONTROL_PORT_OFFSET, LaunchConfig
+from npu_migrate.launch.errors import LaunchError, first_line
+from npu_migrate.launch.signals import Interrupted, Signals, run_interruptibly
+
+logger = logging.getLogger(__name__)
+
+JOB_KEY = "npu_migrate/job"
+_ERRORS_BEFORE_LOST = 3
+
+
+@dataclass(frozen=True)
+class Member:
+    """One node of a round.
+
+    Attributes:
+        node_rank: its ``--node-rank``.
+        host: host name and the address it reaches node 0 from, e.g. ``gpu7 (10.0.0.7)``.
+        owner: the id of its launcher (a new one for every launcher process).
+        generation: the restart count that launcher last knew.
+    """
+
+    node_rank: int
+    host: str
+    owner: str
+    generation: int
+
+
+@dataclass(frozen=True)
+class Round:
+    """A completed rendezvous: the generation to run and every node in it."""
+
+    generation: int
+    members: dict[int, Member]
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something another node (or the heartbeat board) says about the job.
+
+    Attributes:
+        kind: ``"abort"`` (end every node, no restart), ``"failed"`` (the generation failed:
+            restart if allowed) or ``"lost"`` (a node stopped beating; ``record`` names it).
+        message: one line for the console.
+        record: the failure's JSON record (a rank's error, or the lost node).
+    """
+
+    kind: str
+    message: str
+    record: dict[str, Any]
+
+
+class JobEvent(Exception):
+    """Raised out of a wait when an :class:`Event` arrives."""
+
+    def __init__(self, event: Event) -> None:
+        super().__init__(event.message)
+        self.event = event
+
+
+def _describe_host() -> str:
+    return socket.gethostname()
+
+
+_ABSENT = "\0npu_migrate:absent"
+
+
+def _peek(store: Any, key: str) -> str | None:
+    """A key's value, or None if unset, without blocking.
+
+    torch 2.1's TCPStore has no ``check`` in Python; ``compare_set`` with an expected value that
+    is never stored returns that value when the key is missing (the c10d rendezvous backend
+    reads its state the same way).
+    """
+    value = store.compare_set(key, _ABSENT, _ABSENT).decode()
+    return None if value == _ABSENT else value
+
+
+class Rendezvous:
+    """This launcher's membership in a multi-node job (see the module docstring)."""
+
+    def __init__(self, cfg: LaunchConfig, signals: Signals) -> None:
+        self.cfg = cfg
+        self.signals = signals
+        self.prefix = f"npu_migrate/{cfg.job_id}"
+        self.owner = uuid.uuid4().hex
+        found = cluster.interface_for(cfg.addr)
+        self.local_ip = found[1] if found else None
+        self.host = f"{_describe_host()} ({self.local_ip})" if self.local_ip else _describe_host()
+        self.store: Any = None
+        self._watch_store: Any = None
+        self._handler: Any = None
+        self.generation = 0
+        self._lock = threading.Lock()
+        self._members: dict[int, Member] = {}
+        self._last_change: dict[int, float] = {}
+        self._counters: dict[int, int] = {}
+        self._last_ok = time.monotonic()
+        self._errors = 0
+        self._last_error = ""
+        self._abort: str | None = None
+        self._fail: dict[int, str] = {}
+        self._stop = threading.Event()
+        self._claimed = False
+        self._watching = False
+        self._interval = max(0.2, min(2.0, cfg.node_timeout / 10))
+        self._seen_sent: set[str] = set()
+        self._told: tuple[str, float] | None = None  # (seen key, when) of the last end we published
+
+    # -- store helpers
+
+    def _key(self, name: str) -> str:
+        return f"{self.prefix}/{name}"
+
+    def _wait(self, fn: Callable[[], Any], name: str) -> Any:
+        """Run a blocking store call in a thread; signals and job events interrupt the wait.
+
+        A store error that comes with (or right after) an abort is reported as the abort: node 0
+        ends its store soon after telling everyone why.
+        """
+        try:
+            return run_interruptibly(fn, self.signals, f"npu_migrate-{name}", also=self._raise_event)
+        except (JobEvent, LaunchError, Interrupted):
+            raise
+        except Exception as exc:  # noqa: BLE001 - store and rendezvous errors from torch
+            logger.debug("%s: %s", name, exc)
+            self._raise_event()
+            if self._watching and self._abort_soon():
+                self._raise_event()
+            raise
+
+    def _abort_soon(self) -> bool:
+        """Wait up to two heartbeats for the board to explain a store error; True if it did."""
+        deadline = time.monotonic() + 2 * self._interval + 0.5
+        while time.monotonic() < deadline:
+            if self.event() is not None:
+                return True
+            self.signals.check()
+            time.sleep(0.05)
+        return False
+
+    def _raise_event(self) -> None:
+        event = self.event()
+        if event is not None:
+            raise JobEvent(event)
+
+    def _make_store(self, master: bool, timeout: float) -> Any:
+        from torch.distributed import TCPStore
+
+        port = self.cfg.port + CONTROL_PORT_OFFSET
+        if master:
+            return TCPStore("0.0.0.0", port, None, True, timedelta(seconds=timeout), wait_for_workers=False)
+        return TCPStore(self.cfg.addr, port, None, False, timedelta(seconds=timeout))
+
+    # -- phase 1: connect, check the token, claim the node rank
+
+    def connect(self) -> None:
+        """Reach node 0's store (or serve it), check the job token and flags, claim the node rank.
+
+        Raises:
+            LaunchError: node 0 unreachable, another job there, or this node rank taken.
+            Interrupted: SIGINT/SIGTERM meanwhile.
+        """
+        cfg = self.cfg
+        where = f"{cfg.addr}:{cfg.port + CONTROL_PORT_OFFSET}"
+        master = cfg.node_rank == 0
+        try:
+            self.store = self._wait(lambda: self._make_store(master, cfg.join_timeout), "connect")
+            self._watch_store = self._wait(lambda: self._make_store(False, cfg.join_timeout), "connect")
+        except (RuntimeError, ValueError, TimeoutError, OSError) as exc:
+            logger.debug("store: %s", exc)
+            if master:
+                raise LaunchError(
+                    f"cannot serve the launcher store on {where} ({first_line(exc, 120)}): is another launcher "
+                    "with --node-rank 0 running? Pick another --port on every node."
+                ) from None
+            raise LaunchError(
+                f"could not reach node 0's launcher at {where} within {cfg.join_timeout:g} s: start the "
+                "launcher with --node-rank 0 on that host, with the same --port (and check that this "
+                "host can reach it)."
+            ) from None
+        for client in (self.store, self._watch_store):
+            client.set_timeout(timedelta(seconds=max(30.0, cfg.node_timeout)))
+        if master:
+            self._wait(lambda: self.store.set(JOB_KEY, cfg.job_id), "token")
+        theirs = self._wait(self._read_token, "token")
+        if theirs != cfg.job_id:
+            raise LaunchError(
+                f"node 0's launcher at {where} runs job {theirs!r}, not this job {cfg.job_id!r}: another job "
+                "uses this address and port. Give this job another --port, or the same --job-id on every node."
+            )
+        # A relaunched node continues at the job's generation, not at 0 (whose failure is over).
+        self.generation = int(self._wait(lambda: _peek(self.store, self._key("gen")), "generation") or 0)
+        self._last_ok = time.monotonic()
+        self._watching = True
+        threading.Thread(target=self._beat, name="npu_migrate-heartbeat", daemon=True).start()
+        self._wait(self._check_shape, "shape")
+        self._wait(self._claim, "claim")
+        self._claimed = True
+
+    def _read_token(self) -> str:
+        deadline = time.monotonic() + 30
+        while (token := _peek(self.store, JOB_KEY)) is None:
+            if time.monotonic() > deadline:
+                return "(none)"
+            time.sleep(0.05)
+        return token
+
+    def _check_shape(self) -> None:
+        cfg = self.cfg
+        mine = {"nnodes": cfg.nnodes, "device_num": cfg.nproc, "max_restarts": cfg.max_restarts}
+        agreed = json.loads(self.store.compare_set(self._key("shape"), "", json.dumps(mine, sort_keys=True)).decode())
+        if agreed != mine:
+            diff = " ".join(f"--{k.replace('_', '-')} {mine[k]}" for k in mine if mine[k] != agreed[k])
+            theirs = " ".join(f"--{k.replace('_', '-')} {agreed[k]}" for k in mine if mine[k] != agreed[k])
+            message = (f"node {cfg.node_rank} ({self.host}) has {diff} but the job has {theirs}: "
+                       "use the same --nnodes, --device-num and --max-restarts on every node.")
+            self.abort(message)
+            raise LaunchError(message)
+
+    def _claim(self) -> None:
+        cfg, store = self.cfg, self.store
+        key = self._key(f"claim/{cfg.node_rank}")
+        mine = json.dumps({"owner": self.owner, "host": self.host, "pid": os.getpid()})
+        while True:
+            current = store.compare_set(key, "", mine).decode()
+            if current == mine:
+                return
+            if not current:
+                continue
+            other = json.loads(current)
+            if _peek(store, self._key(f"lost/{other['owner']}")) or not self._beating(other["owner"]):
+                # Its launcher is gone: this is the node's replacement.
+                if store.compare_set(key, current, mine).decode() == mine:
+                    logger.info("took over node rank %s from a lost launcher on %s", cfg.node_rank, other["host"])
+                    return
+                continue
+            message = (f"node rank {cfg.node_rank} is already taken by the launcher on host {other['host']} "
+                       f"(pid {other['pid']}), and host {self.host} (pid {os.getpid()}) was started with it too: "
+                       f"give every node a different --node-rank in [0, {cfg.nnodes}).")
+            if _peek(store, self._key("running")):
+                raise LaunchError(message)  # a running job stays: only the newcomer is refused
+            self.abort(message)
+            raise LaunchError(message)
+
+    def _beating(self, owner: str) -> bool:
+        """Whether ``owner``'s heartbeat moves within ``--node-timeout``."""
+        key = self._key(f"alive/{owner}")
+        start = self.store.add(key, 0)
+        deadline = time.monotonic() + self.cfg.node_timeout
+        while time.monotonic() < deadline:
+            time.sleep(min(0.5, self.cfg.node_timeout / 10))
+            if self.store.add(key, 0) != start:
+                return True
+        return False
+
+    # -- the heartbeat board (its own thread and store connection)
+
+    def _beat(self) -> None:
+        interval = self._interval
+        store = self._watch_store
+        alive = self._key(f"alive/{self.owner}")
+        while not self._stop.is_set():
+            try:
+                store.add(alive, 1)
+                abort = _peek(store, self._key("abort"))
+                gen = self.generation
+                fail = _peek(store, self._key(f"fail/{gen}"))
+                with self._lock:
+                    members = dict(self._members)
+                with self._lock:  # recorded before telling node 0, which may then close the store
+                    if abort:
+                        self._abort = abort
+                    if fail:
+                        self._fail[gen] = fail
+                counters = {k: store.add(self._key(f"alive/{m.owner}"), 0) for k, m in members.items()}
+                # Tell node 0 we read it: it keeps serving the store until every node has.
+                for seen, value in (("seen/abort", abort), (f"seen/{gen}", fail)):
+                    if value and seen not in self._seen_sent and self.cfg.node_rank != 0:
+                        self._seen_sent.add(seen)
+                        store.add(self._key(seen), 1)
+                now = time.monotonic()
+                with self._lock:
+                    self._last_ok = now
+                    self._errors = 0
+                    for k, value in counters.items():
+                        if self._counters.get(k) != value:
+                            self._counters[k] = value
+                            self._last_change[k] = now
+            except Exception as exc:  # noqa: BLE001 - the store is gone or unreachable
+                with self._lock:
+                    self._errors += 1
+                    self._last_error = first_line(exc)
+                logger.debug("heartbeat: %s", exc)
+            self._stop.wait(interval)
+
+    def event(self) -> Event | None:
+        """What the board says now (never blocks): an abort, this generation's failure, or a lost node."""
+        with self._lock:
+            # A failure first: the node that saw it also aborts the job when no restart is left,
+            # and the failure is the better report.
+            fail = self._fail.get(self.generation) if self._members else None  # only while a round runs
+            if fail:
+                record = json.loads(fail)
+                return Event("failed", record.get("message") or "", record)
+            if self._abort:
+                return Event("abort", self._abort, {})
+            now = time.monotonic()
+            if self._watching and self.cfg.node_rank != 0 and (now - self._last_ok > self.cfg.node_timeout
+                                            or self._errors >= _ERRORS_BEFORE_LOST):
+                host0 = self._members[0].host if 0 in self._members else self.cfg.addr
+                why = (f"its store stopped answering ({self._last_error})" if self._errors
+                       else f"no answer for {self.cfg.node_timeout:g} s")
+                message = f"lost node 0 ({host0}): {why}"
+                return Event("lost", message,
+                             {"kind": "lost", "node_rank": 0, "host": host0, "owner": None, "message": message})
+            for k, seen in self._last_change.items():
+                if k != self.cfg.node_rank and now - seen > self.cfg.node_timeout:
+                    member = self._members[k]
+                    message = f"lost node {k} ({member.host}): no heartbeat for {self.cfg.node_timeout:g} s (--node-timeout)"
+                    return Event("lost", message, {"kind": "lost", "node_rank": k, "host": member.host,
+                                                   "owner": member.owner, "message": message})
+        return None
+
+    # -- phase 2: the rendezvous round
+
+    def _handler_for(self) -> Any:
+        if self._handler is None:
+            from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import C10dRendezvousBackend
+            from torch.distributed.elastic.rendezvous.dynamic_rendezvous import (
+                DynamicRendezvousHandler,
+                RendezvousTimeout,
+            )
+
+            cfg = self.cfg
+            backend = C10dRendezvousBackend(self.store, cfg.job_id)
+            extra: dict[str, Any] = {}
+            keep_alive = 5  # torch < 2.4 fixes the handler's keep-alive at 5 s
+            if "keep_alive_interval" in inspect.signature(DynamicRendezvousHandler.from_backend).parameters:
+                keep_alive = max(1, min(5, int(cfg.node_timeout / 4)))
+                extra["keep_alive_interval"] = keep_alive
+            timeout = RendezvousTimeout(
+                join=timedelta(seconds=cfg.join_timeout),
+                last_call=timedelta(seconds=1),
+                close=timedelta(seconds=30),
+                # The handler drops a participant silent for this long; never less than three of
+                # its keep-alives, or a slow machine would lose live nodes.
+                heartbeat=timedelta(seconds=max(cfg.node_timeout, 3 * keep_alive)),
+            )
+            # torch >= 2.4 would also start a second TCPStore server for torchelastic's agent;
+            # our workers rendezvous on MASTER_PORT themselves.
+            os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+            self._handler = DynamicRendezvousHandler.from_backend(
+                run_id=cfg.job_id, store=self.store, backend=backend, min_nodes=cfg.nnodes,
+                max_nodes=cfg.nnodes, local_addr=self.local_ip, timeout=timeout, **extra)
+        return self._handler
+
+    def _next_round(self) -> tuple[Any, int, int]:
+        info = self._handler_for().next_rendezvous()
+        if isinstance(info, tuple):  # torch < 2.4: (store, rank, world_size)
+            return info[0], int(info[1]), int(info[2])
+        return info.store, int(info.rank), int(info.world_size)
+
+    def join(self) -> Round:
+        """Wait until every node is in (``--join-timeout``); agree on the generation and node ranks.
+
+        Raises:
+            LaunchError: the nodes did not all come in time, or node ranks do not fit.
+            JobEvent: the job was aborted meanwhile.
+            Interrupted: SIGINT/SIGTERM meanwhile.
+        """
+        cfg = self.cfg
+        with self._lock:
+            self._members, self._last_change, self._counters = {}, {}, {}
+        deadline = time.monotonic() + cfg.join_timeout
+        while True:
+            try:
+                store, hrank, hworld = self._wait(self._next_round, "rendezvous")
+                gen = self._wait(lambda: _peek(self.store, self._key("gen")), "generation")
+                self.generation = max(self.generation, int(gen or 0))
+                members = self._wait(lambda: self._exchange(store, hrank, hworld), "members")
+            except (JobEvent, LaunchError, Interrupted):
+                raise
+            except Exception as exc:  # noqa: BLE001 - RendezvousError and store errors from torch
+                logger.debug("rendezvous: %s", exc)
+                name = type(exc).__name__
+                if "Timeout" in name:
+                    raise LaunchError(
+                        f"not every node joined within {cfg.join_timeout:g} s (--join-timeout): start the "
+                        f"launcher on every node with --nnodes {cfg.nnodes} --addr {cfg.addr} --port {cfg.port}."
+                    ) from None
+                raise LaunchError(f"the rendezvous failed: {name}: {first_line(exc)}") from None
+            if members is not None:
+                break
+            if time.monotonic() > deadline:
+                raise LaunchError(f"not every node joined within {cfg.join_timeout:g} s (--join-timeout).")
+            logger.info("a node of the round did not report; joining the next round")
+        self.generation = max(m.generation for m in members.values())
+        now = time.monotonic()
+        with self._lock:
+            self._members = members
+            self._last_change = {k: now for k in members}
+            self._counters = {}
+        try:
+            self._wait(lambda: self.store.set(self._key("running"), str(self.generation)), "running")
+        except JobEvent:
+            raise
+        return Round(self.generation, members)
+
+    def _exchange(self, store: Any, hrank: int, hworld: int) -> dict[int, Member] | None:
+        """Publish our node rank under our handler rank; read everyone's. None if one never comes."""
+        record = {"node_rank": self.cfg.node_rank, "host": self.host, "owner": self.owner, "gen": self.generation}
+        store.set(f"member/{hrank}", json.dumps(record))
+        deadline = time.monotonic() + self.cfg.node_timeout
+        found: dict[int, str] = {}
+        while len(found) < hworld:
+            for i in range(hworld):
+                if i not in found:
+                    value = _peek(store, f"member/{i}")
+                    if value is not None:
+                        found[i] = value
+            if len(found) < hworld:
+                if time.monotonic() > deadline:
+                    return None
+                time.sleep(0.05)
+        members: dict[int, Member] = {}
+        for i in range(hworld):
+            rec = json.loads(found[i])
+            if rec["node_rank"] in members:
+                message = (f"node rank {rec['node_rank']} is in the job twice (hosts "
+                           f"{members[rec['node_rank']].host} and {rec['host']}): give every node a different "
+                           f"--node-rank in [0, {self.cfg.nnodes}).")
+                self.abort(message)
+                raise LaunchError(message)
+            members[rec["node_rank"]] = Member(rec["node_rank"], rec["host"], rec["owner"], int(rec["gen"]))
+        return members
+
+    # -- while running, and after
+
+    def publish_failure(self, record: dict[str, Any]) -> None:
+        """Tell every node that this generation failed (the first report wins); never blocks long."""
+        gen = self.generation
+
+        self._told = (f"seen/{gen}", time.monotonic())
+
+        def publish() -> None:
+            self.store.compare_set(self._key(f"fail/{gen}"), "", json.dumps(record))
+            if record.get("kind") == "lost" and record.get("owner"):
+                self.store.set(self._key(f"lost/{record['owner']}"), "1")
+            self.store.set(self._key("running"), "")
+
+        self._quietly(publish)
+
+    def first_failure(self) -> dict[str, Any] | None:
+        """The failure that won for this generation (as every node sees it), if readable."""
+        key = self._key(f"fail/{self.generation}")
+
+        def read() -> dict[str, Any] | None:
+            value = _peek(self.store, key)
+            return json.loads(value) if value else None
+
+        return self._quietly(read)
+
+    def next_generation(self) -> None:
+        """After a failure: the next round runs generation + 1."""
+        self.generation += 1
+        gen = str(self.generation)
+        self._quietly(lambda: self.store.set(self._key("gen"), gen))
+
+    def abort(self, message: str) -> None:
+        """End every launcher of the job with ``message`` (the first reason wins)."""
+        self._told = ("seen/abort", time.monotonic())
+        logger.info("aborting the job: %s", message)
+        self._quietly(lambda: self.store.compare_set(self._key("abort"), "", message))
+
+    def _quietly(self, fn: Callable[[], Any], seconds: float = 5.0) -> Any:
+        """A store call that gives up after ``seconds`` (node 0 may be unreachable)."""
+        box: dict[str, Any] = {}
+        done = threading.Event()
+
+        def call() -> None:
+            try:
+                box["value"] = fn()
+            except Exception as exc:  # noqa: BLE001 - nobody left to tell
+                logger.debug("store: %s", exc)
+            finally:
+                done.set()
+
+        threading.Thread(target=call, name="npu_migrate-store", daemon=True).start()
+        done.wait(seconds)
+        return box.get("value")
+
+    def finish(self) -> None:
+        """Wait until every node's ranks of this generation are done.
+
+        Raises:
+            JobEvent: a failure, a lost node or an abort meanwhile.
+            Interrupted: SIGINT/SIGTERM meanwhile.
+        """
+        done, acked = self._key(f"done/{self.generation}"), self._key(f"acked/{self.generation}")
+        nnodes = self.cfg.nnodes
+
+        def wait_done() -> None:
+            self.store.add(done, 1)
+            while self.store.add(done, 0) < nnodes:
+                time.sleep(0.1)
+            self.store.add(acked, 1)
+
+        self._wait(wait_done, "finish")
+        if self.cfg.node_rank == 0:  # keep serving until every node has read the result
+            def wait_acked() -> None:
+                deadline = time.monotonic() + 10
+                while self.store.add(acked, 0) < nnodes and time.monotonic() < deadline:
+                    time.sleep(0.05)
+
+            self._quietly(wait_acked, 11)
+
+    def close(self) -> None:
+        """Stop the heartbeat and give this node rank back (a relaunch on this host may claim it).
+
+        Node 0 first serves the store a little longer (at most two heartbeats) after telling the
+        others that the job ends, so they read why instead of finding the store gone.
+        """
+        if self.cfg.node_rank == 0 and self._told is not None and self.store is not None:
+            key, since = self._told
+            deadline = since + min(4.0, 2 * self._interval + 0.5)
+            others = self.cfg.nnodes - 1
+
+            def linger() -> None:
+                while self.store.add(self._key(key), 0) < others and time.monotonic() < deadline:
+                    time.sleep(0.05)
+
+            self._quietly(linger, max(0.0, deadline - time.monotonic()))
+            logger.info("served the store until %s nodes read %s (or for %.1f s)", others, key, deadline - since)
+        self._stop.set()
+        if self._claimed and self.store is not None:
+            key = self._key(f"claim/{self.cfg.node_rank}")
+            mine = json.dumps({"owner": self.owner, "host": self.host, "pid": os.getpid()})
+            self._quietly(lambda: self.store.compare_set(key, mine, ""), 2.0)

@@ -1,0 +1,99 @@
+"""SIGINT and SIGTERM for the launcher: a flag the main thread reads in every phase, never a traceback.
+
+Usage::
+
+    with Signals() as signals:
+        while work_to_do():
+            if signals.received is not None:
+                return 128 + signals.received      # 130 for SIGINT, 143 for SIGTERM
+            wait_a_little()
+
+The launcher's main thread never blocks for long: what can block (connecting to node 0, waiting
+in the rendezvous) runs in a daemon thread (:func:`run_interruptibly`), and the main thread polls
+this flag, so every phase answers a signal within a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from typing import Any, Callable, TypeVar
+
+T = TypeVar("T")
+
+POLL_S = 0.1
+"""How often a waiting main thread looks at the flag."""
+
+STOP_GRACE_S = float(os.environ.get("NPU_MIGRATE_STOP_GRACE_S", "5"))
+"""Seconds between the signal forwarded to workers and SIGKILL after a failure
+(``NPU_MIGRATE_STOP_GRACE_S`` changes it, for ranks that need long to save their state)."""
+
+SIGNAL_GRACE_S = min(3.0, STOP_GRACE_S)
+"""The same after the launcher itself was signalled: the launcher must end within 5 s."""
+
+
+class Interrupted(Exception):
+    """The launcher received SIGINT or SIGTERM while waiting (raised by :func:`run_interruptibly`)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class Signals:
+    """Turns SIGINT/SIGTERM into a flag the launcher reads, and restores the handlers after."""
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self.count = 0
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> Signals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.received = self.received or signum
+        self.count += 1
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
+
+    def check(self) -> None:
+        """Raise :class:`Interrupted` if a signal came."""
+        if self.received is not None:
+            raise Interrupted(self.received)
+
+
+def run_interruptibly(fn: Callable[[], T], signals: Signals, name: str,
+                      also: Callable[[], None] = lambda: None) -> T:
+    """Run ``fn`` in a daemon thread; return its result, raise its exception, or raise Interrupted.
+
+    Args:
+        fn: a call that may block for long (a store connection, ``next_rendezvous``).
+        signals: checked every :data:`POLL_S` seconds.
+        name: the thread's name.
+        also: called as often; it may raise to give up waiting (the job was aborted).
+    """
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def call() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+            box["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=call, name=name, daemon=True).start()
+    while not done.wait(POLL_S):
+        signals.check()
+        also()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]

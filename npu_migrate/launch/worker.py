@@ -1,0 +1,167 @@
+"""The worker's bootstrap: what runs in each forked process before and around the user's script.
+
+Usage (by the supervisor, in the launcher)::
+
+    torch.multiprocessing.start_processes(worker_main, args=(cfg, target, restart, os.getpid(), error_dir),
+                                          nprocs=cfg.nproc, join=False, start_method="forkserver")
+
+In order, :func:`worker_main`:
+
+1. ties the worker to the launcher (own process group, PR_SET_PDEATHSIG, a watcher thread);
+2. :func:`prepare`: sets the rank's environment, sends output to ``--log-dir``, sets torch's
+   threads and binds the device; new per-worker steps belong here;
+3. runs the script (``runpy``), module or function;
+4. on an exception, writes ``error_dir/rank{N}.json`` (type, message, traceback, time) for the
+   launcher's report and exits 1.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from typing import Any
+
+from npu_migrate.launch.config import LaunchConfig, Target
+
+_PR_SET_PDEATHSIG = 1
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _die_with_launcher(launcher_pid: int) -> None:
+    """Make sure this worker, and what it started, cannot outlive the launcher."""
+    try:
+        os.setpgid(0, 0)  # our own group: the launcher can signal us and our children at once
+    except OSError:
+        pass
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.5)
+            try:
+                os.kill(launcher_pid, 0)
+                gone = os.getppid() != parent
+            except ProcessLookupError:
+                gone = True
+            except PermissionError:
+                gone = False
+            if gone:
+                try:
+                    os.killpg(os.getpgrp(), signal.SIGKILL)
+                finally:
+                    os._exit(137)
+
+    threading.Thread(target=watch, name="npu_migrate-launcher-watch", daemon=True).start()
+
+
+def _redirect_output(path: str) -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(line_buffering=True)  # type: ignore[attr-defined]
+        except (AttributeError, ValueError):
+            pass
+
+
+def _set_threads() -> None:
+    """torch's intra-op threads from OMP_NUM_THREADS.
+
+    The fork server imported torch before the launcher chose the value, so setting the variable
+    alone has no effect on a forked worker: torch read it already.
+    """
+    value = os.environ.get("OMP_NUM_THREADS", "")
+    if value.isdigit() and int(value) > 0:
+        import torch
+
+        if torch.get_num_threads() != int(value):
+            torch.set_num_threads(int(value))
+
+
+def prepare(local_rank: int, cfg: LaunchConfig, restart: int) -> None:
+    """Everything a worker needs before user code: environment, output, threads, device."""
+    os.environ.update(cfg.worker_env(local_rank, restart))
+    if cfg.log_dir:
+        _redirect_output(os.path.join(cfg.log_dir, f"rank{cfg.rank(local_rank)}.log"))
+    _set_threads()
+    from npu_migrate import device as _device
+
+    _device._clear_caches()  # the fork server may have detected with another environment
+    if _device.device_spec().is_accelerator:
+        _device.set_device(local_rank)  # bound before any user code runs
+
+
+def _run_target(local_rank: int, target: Target) -> None:
+    import runpy
+
+    if target.fn is not None:
+        target.fn(local_rank, *target.args)
+    elif target.module is not None:
+        sys.argv = [target.module, *map(str, target.args)]
+        sys.path.insert(0, os.getcwd())  # as `python -m` does
+        runpy.run_module(target.module, run_name="__main__", alter_sys=True)
+    else:
+        script = os.path.abspath(str(target.script))
+        sys.argv = [str(target.script), *map(str, target.args)]
+        sys.path.insert(0, os.path.dirname(script))  # as `python script.py` does
+        runpy.run_path(script, run_name="__main__")
+
+
+def _user_frames(tb: Any) -> Any:
+    """Skip the launcher's and runpy's frames at the top of a worker's traceback."""
+    while tb is not None and (
+        os.path.dirname(os.path.abspath(tb.tb_frame.f_code.co_filename)) == _HERE
+        or "runpy" in tb.tb_frame.f_code.co_filename
+    ):
+        tb = tb.tb_next
+    return tb
+
+
+def worker_main(local_rank: int, cfg: LaunchConfig, target: Target, restart: int, launcher_pid: int,
+                error_dir: str) -> None:
+    """Entry point of every worker process (runs in the child)."""
+    _die_with_launcher(launcher_pid)
+    rank = cfg.rank(local_rank)
+    try:
+        prepare(local_rank, cfg, restart)
+        _run_target(local_rank, target)
+    except SystemExit:
+        raise
+    except KeyboardInterrupt:
+        raise SystemExit(130) from None  # stopped by the launcher: no traceback
+    except BaseException as exc:  # noqa: BLE001 - report anything, then exit 1 like Python
+        record = {
+            "rank": rank,
+            "local_rank": local_rank,
+            "node_rank": cfg.node_rank,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "time": time.time(),
+            "type": type(exc).__name__,
+            "message": " ".join(str(exc).split())[:500],
+            "traceback": "".join(traceback.format_exception(type(exc), exc, _user_frames(exc.__traceback__))),
+        }
+        tmp = os.path.join(error_dir, f".rank{rank}.json.tmp")
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(record, fh)
+        os.replace(tmp, os.path.join(error_dir, f"rank{rank}.json"))
+        if cfg.log_dir:  # on the console the launcher's summary shows it once, not once per rank
+            sys.stderr.write(record["traceback"])
+        raise SystemExit(1) from None

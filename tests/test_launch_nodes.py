@@ -1,0 +1,79 @@
+"""Several launchers of one job on loopback: node-rank claims, the job token and flags every node must share."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from launch_support import JOB, Launch, one_line_errors, reports, wait_for_files
+from test_launch_signals import two_free_ports
+
+
+def launcher(tmp: Path, rank: int, port: int, *extra: str, nnodes: str = "2", nproc: str = "1",
+             job: tuple[str, ...] = (), name: str | None = None) -> Launch:
+    args = ["--nnodes", nnodes, "--node-rank", str(rank), "--device-num", nproc, "--addr", "127.0.0.1",
+            "--port", str(port), "--join-timeout", "300", "--node-timeout", "10", *extra, str(JOB), *job]
+    return Launch(tmp, *args, name=name or f"node{rank}")
+
+
+def test_a_duplicate_node_rank_ends_a_forming_job_everywhere(tmp_path: Path) -> None:
+    port = two_free_ports()
+    # Three nodes expected; two launchers claim node rank 1 and node 2 never comes.
+    node0 = launcher(tmp_path, 0, port, nnodes="3")
+    node1 = launcher(tmp_path, 1, port, nnodes="3")
+    dup = launcher(tmp_path, 1, port, nnodes="3", name="dup")
+    for launch in (node0, node1, dup):
+        assert launch.wait() == 1, launch.err
+        one_line_errors(launch.err)
+        assert "node rank 1 is already taken by the launcher on host" in launch.err, launch.err
+        assert "give every node a different --node-rank in [0, 3)." in launch.err
+    assert not list(tmp_path.glob("rank*.json"))
+
+
+def test_a_duplicate_node_rank_is_refused_by_a_running_job(tmp_path: Path) -> None:
+    port = two_free_ports()
+    release = tmp_path / "release"
+    node0 = launcher(tmp_path, 0, port, job=("--hold", str(release)))
+    node1 = launcher(tmp_path, 1, port, job=("--hold", str(release)))
+    wait_for_files(tmp_path, ["rank0.json", "rank1.json"])
+    dup = launcher(tmp_path, 1, port, name="dup", job=("--hold", str(release)))  # the same job id
+    try:
+        assert dup.wait() == 1
+    finally:
+        release.touch()  # the real job may finish now
+    assert "error: node rank 1 is already taken by the launcher on host" in dup.err.strip().splitlines()[-1]
+    assert node0.wait() == 0, node0.err
+    assert node1.wait() == 0, node1.err
+
+
+def test_another_jobs_launcher_can_neither_join_nor_end_the_job(tmp_path: Path) -> None:
+    port = two_free_ports()
+    release = tmp_path / "release"
+    node0 = launcher(tmp_path, 0, port, "--job-id", "jobA", job=("--hold", str(release)))
+    node1 = launcher(tmp_path, 1, port, "--job-id", "jobA", job=("--hold", str(release)))
+    wait_for_files(tmp_path, ["rank0.json", "rank1.json"])
+    other = launcher(tmp_path, 1, port, "--job-id", "jobB", name="other")
+    try:
+        assert other.wait() == 1
+    finally:
+        release.touch()
+    assert other.err.strip().splitlines()[-1] == (
+        f"npu-migrate launch: error: node 0's launcher at 127.0.0.1:{port + 1} runs job 'jobA', not this job "
+        "'jobB': another job uses this address and port. Give this job another --port, or the same --job-id on "
+        "every node.")
+    assert node0.wait() == 0, node0.err
+    assert node1.wait() == 0, node1.err
+    assert [r["sum"] for r in reports(tmp_path, 2)] == [3.0, 3.0]
+
+
+def test_flags_that_differ_between_nodes_are_refused_on_every_node(tmp_path: Path) -> None:
+    port = two_free_ports()
+    node0 = launcher(tmp_path, 0, port, nproc="1")
+    node1 = launcher(tmp_path, 1, port, nproc="2")
+    for launch in (node0, node1):
+        assert launch.wait() == 1, launch.err
+        one_line_errors(launch.err)
+        # Whichever node wrote the job's flags first, the other one is named with both values.
+        assert ("has --device-num 2 but the job has --device-num 1" in launch.err
+                or "has --device-num 1 but the job has --device-num 2" in launch.err), launch.err
+        assert "use the same --nnodes, --device-num and --max-restarts on every node." in launch.err
+    assert not list(tmp_path.glob("rank*.json"))
