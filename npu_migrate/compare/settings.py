@@ -65,7 +65,7 @@ class StepRange:
         Raises:
             ProbeError: for anything else, or an empty range.
         """
-        if text is None or text.strip() in ("", ":"):
+        if text is None or text.strip() in ("", ":", "all"):
             return cls()
         found = re.fullmatch(r"\s*(\d*)\s*(:?)\s*(\d*)\s*", text)
         if not found or (not found.group(2) and not found.group(1)) or (not found.group(2) and found.group(3)):
@@ -318,10 +318,22 @@ def unmatched_filters(directory: str) -> list[str]:
     return reasons or ["no module record was made"]
 
 
+def missing_recordings(directory: str) -> str | None:
+    """Why a finished job left no rank file in ``directory`` (``None`` if it left some)."""
+    if rank_files(directory):
+        return None
+    return ("no process wrote a rank file: the job never ran an optimizer step, a backward pass or a training "
+            "forward (or the probe could not start; see the messages above)")
+
+
 def finish_job(settings: ProbeSettings | None, code: int) -> int:
     """After a job: turn a filter that matched nothing into exit 1, with one line saying why."""
     if settings is None:
         return code
+    empty = missing_recordings(settings.directory)
+    if empty and code == 0:
+        print(f"npu-migrate: error: --probe {settings.directory}: {empty}.", file=sys.stderr, flush=True)
+        return 1
     reasons = unmatched_filters(settings.directory)
     if reasons and code == 0:
         print(f"npu-migrate: error: --probe {settings.directory}: {'; '.join(reasons)}. Nothing was recorded per "
