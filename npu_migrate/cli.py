@@ -4,6 +4,7 @@ Usage::
 
     npu-migrate env [--json]
     npu-migrate smoke [--nproc N]
+    npu-migrate compare A B [--exact | --rtol R --atol A] [--plot FILE.png] [--json FILE]
 
 Each sub-command lives in its own module with ``build_parser(subparsers)`` and ``run(args)``.
 Errors meant for the user (:class:`npu_migrate.errors.NpuMigrateError`) are printed as one line
@@ -17,12 +18,13 @@ import logging
 import sys
 
 from npu_migrate import __version__, env, launch, smoke
+from npu_migrate.compare import cli as compare_cli
 from npu_migrate.migrate import cli as run_cli
 from npu_migrate.port import cli as port_cli
 from npu_migrate.errors import NpuMigrateError, UnknownDeviceError
 from npu_migrate.log import setup_logging
 
-_COMMANDS = (env, launch, run_cli, smoke, port_cli)
+_COMMANDS = (env, launch, run_cli, smoke, port_cli, compare_cli)
 
 
 def build_parser() -> argparse.ArgumentParser:

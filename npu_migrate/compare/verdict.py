@@ -96,6 +96,7 @@ class Comparison:
     module_failing: dict[int, list[int]] = field(default_factory=dict)  # rank -> steps
     module_nonfinite: dict[int, list[int]] = field(default_factory=dict)
     module_first: dict[str, Any] | None = None  # first differing entry of the first failing step
+    module_ratio: dict[int, dict[int, float]] = field(default_factory=dict)  # rank -> step -> max error/tolerance
     culprit: Culprit | None = None
     culprit_note: str | None = None
     only_a_entries: list[str] = field(default_factory=list)
@@ -316,7 +317,8 @@ def _compare_modules(result: Comparison) -> None:
                 continue
             entries_b = rb.modules[group[0]][0]
             tols = [tol.resolve(e.dtype, entries_b[j].dtype, *dtypes) for e, (_, j) in zip(pairing.entries, pairing.pairs)]
-            bad, nan, abs_err, rel_err = _check_group(ra, rb, group, pairing, tols)
+            bad, nan, abs_err, rel_err, ratios = _check_group(ra, rb, group, pairing, tols)
+            result.module_ratio.setdefault(rank, {}).update(ratios)
             result.module_steps_compared += len(group)
             result.module_entries_compared += len(group) * len(pairing.pairs)
             result.module_max_abs = max(result.module_max_abs, abs_err)
@@ -337,8 +339,8 @@ def _compare_modules(result: Comparison) -> None:
 
 
 def _check_group(ra: RankRecording, rb: RankRecording, steps: list[int], pairing: _Pairing,
-                 tols: list[tuple[float, float]]) -> tuple[list[int], list[int], float, float]:
-    """Steps of one layout pairing: (failing steps, non-finite steps, max abs error, max rel error)."""
+                 tols: list[tuple[float, float]]) -> tuple[list[int], list[int], float, float, dict[int, float]]:
+    """Steps of one layout pairing: (failing steps, NaN steps, max abs error, max rel error, {step: error/tolerance})."""
     ia = [i for i, _ in pairing.pairs]
     ib = [j for _, j in pairing.pairs]
     identity = ia == list(range(len(ra.modules[steps[0]][0]))) and ib == list(range(len(rb.modules[steps[0]][0])))
@@ -359,27 +361,34 @@ def _check_group(ra: RankRecording, rb: RankRecording, steps: list[int], pairing
             nan = (A[..., 4] > 0) | (B[..., 4] > 0) | _np.isnan(A[..., :4]).any(-1) | _np.isnan(B[..., :4]).any(-1)
             ok = (same | (diff <= atol[..., None] + rtol[..., None] * scales)).all(-1) & (A[..., 5] == B[..., 5]) & ~nan
             rel = _np.where(diff == 0, 0.0, diff / scales)
+            ratio = _np.where(diff == 0, 0.0, diff / (atol[..., None] + rtol[..., None] * scales))
+            ratio = _np.where(_np.isnan(ratio) | nan[..., None], _np.inf, ratio).max(axis=(1, 2))
         bad_steps = [steps[k] for k in _np.nonzero(~ok.all(-1))[0]]
         nan_steps = [steps[k] for k in _np.nonzero(nan.any(-1))[0]]
         fin = _np.isfinite(diff)
         abs_err = float(diff[fin].max()) if fin.any() else 0.0
         finr = _np.isfinite(rel)
         rel_err = float(rel[finr].max()) if finr.any() else 0.0
-        return bad_steps, nan_steps, abs_err, rel_err
+        return bad_steps, nan_steps, abs_err, rel_err, {s: float(r) for s, r in zip(steps, ratio)}
     bad_steps, nan_steps, abs_err, rel_err = [], [], 0.0, 0.0
+    ratios: dict[int, float] = {}
     for s in steps:
         raw_a, raw_b = ra.modules[s][1], rb.modules[s][1]
         xa, xb = decode_stats(raw_a), decode_stats(raw_b)
         same_bytes = identity and raw_a == raw_b
         bad = nan = False
+        worst = 0.0
         for (i, j), (rtol, atol) in zip(pairing.pairs, tols):
             row_a, row_b = xa[i * NSTATS:(i + 1) * NSTATS], xb[j * NSTATS:(j + 1) * NSTATS]
             if same_bytes:
                 clean = row_a[4] == 0 and not any(v != v for v in row_a[:4])
                 bad, nan = bad or not clean, nan or not clean
+                worst = worst if clean else math.inf
                 continue
             close, finite, d, r, _ = _check_rows(row_a, row_b, rtol, atol)
             bad, nan = bad or not close, nan or not finite
+            scale = max(abs(row_a[0]), abs(row_a[1]), abs(row_b[0]), abs(row_b[1]))
+            worst = max(worst, math.inf if not finite else (d / (atol + rtol * scale) if d else 0.0))
             if math.isfinite(d):
                 abs_err = max(abs_err, d)
             if math.isfinite(r):
@@ -388,7 +397,8 @@ def _check_group(ra: RankRecording, rb: RankRecording, steps: list[int], pairing
             bad_steps.append(s)
         if nan:
             nan_steps.append(s)
-    return bad_steps, nan_steps, abs_err, rel_err
+        ratios[s] = worst
+    return bad_steps, nan_steps, abs_err, rel_err, ratios
 
 
 def _is_input(entry: Entry) -> bool:
