@@ -266,21 +266,26 @@ class _Pairing:
     entries: list[Entry]  # A's entry of each pair
 
 
-def _check_rows(xa: Sequence[float], xb: Sequence[float], rtol: float, atol: float) -> tuple[bool, bool, float, float, str]:
-    """One entry's six statistics: (close, NaN-free, abs error, rel error, worst stat)."""
+def _check_rows(xa: Sequence[float], xb: Sequence[float], rtol: float,
+                atol: float) -> tuple[bool, bool, float, float, str, float]:
+    """One entry's six statistics: (close, NaN-free, abs error, rel error, worst stat, max error/tolerance)."""
     clean = xa[4] == 0 and xb[4] == 0 and not any(v != v for v in xa[:4]) and not any(v != v for v in xb[:4])
     scale = max(abs(xa[0]), abs(xa[1]), abs(xb[0]), abs(xb[1]))
     close = clean and xa[5] == xb[5]
-    worst_abs, worst_rel, worst = 0.0, 0.0, STAT_FIELDS[0]
+    worst_abs, worst_rel, worst, ratio = 0.0, 0.0, STAT_FIELDS[0], 0.0 if clean else math.inf
     for k in range(4):
         s = max(abs(xa[3]), abs(xb[3])) if k == 3 else scale
-        if xa[k] != xb[k] and not is_close(xa[k], xb[k], rtol, atol, s):
+        if xa[k] == xb[k]:
+            continue
+        if not is_close(xa[k], xb[k], rtol, atol, s):
             close = False
-        d = abs(xa[k] - xb[k]) if xa[k] != xb[k] else 0.0
-        r = d / s if s and d == d else (0.0 if d == 0 else math.inf)
+        d = abs(xa[k] - xb[k])
+        bound = atol + rtol * s
+        ratio = max(ratio, d / bound if bound else math.inf) if d == d else math.inf
+        r = d / s if s and d == d else math.inf
         if r > worst_rel or (d != d and worst_rel == 0.0):
             worst_abs, worst_rel, worst = d, r, STAT_FIELDS[k]
-    return close, clean, worst_abs, worst_rel, worst
+    return close, clean, worst_abs, worst_rel, worst, ratio
 
 
 def _compare_modules(result: Comparison) -> None:
@@ -385,10 +390,9 @@ def _check_group(ra: RankRecording, rb: RankRecording, steps: list[int], pairing
                 bad, nan = bad or not clean, nan or not clean
                 worst = worst if clean else math.inf
                 continue
-            close, finite, d, r, _ = _check_rows(row_a, row_b, rtol, atol)
+            close, finite, d, r, _, ratio = _check_rows(row_a, row_b, rtol, atol)
             bad, nan = bad or not close, nan or not finite
-            scale = max(abs(row_a[0]), abs(row_a[1]), abs(row_b[0]), abs(row_b[1]))
-            worst = max(worst, math.inf if not finite else (d / (atol + rtol * scale) if d else 0.0))
+            worst = max(worst, ratio)
             if math.isfinite(d):
                 abs_err = max(abs_err, d)
             if math.isfinite(r):
@@ -420,7 +424,7 @@ def _find_culprit(result: Comparison, rank: int, step: int, pairings: dict[tuple
         e = ea[i]
         rtol, atol = result.tolerance.resolve(e.dtype, eb[j].dtype, *dtypes)
         row_a, row_b = list(xa[i * NSTATS:(i + 1) * NSTATS]), list(xb[j * NSTATS:(j + 1) * NSTATS])
-        close, _, d, r, stat = _check_rows(row_a, row_b, rtol, atol)
+        close, _, d, r, stat, _ = _check_rows(row_a, row_b, rtol, atol)
         key = (e.module, e.call, e.phase)
         if key not in groups:
             groups[key] = {"inputs": True, "outputs": True, "worst": None, "has_outputs": False}
