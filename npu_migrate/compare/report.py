@@ -47,6 +47,11 @@ def _side(run: Any) -> dict[str, Any]:
             **{k: header[k] for k in keep if k in header}}
 
 
+def _autocast(run: Any) -> str:
+    seen = sorted({d for rec in run.ranks.values() for d in rec.autocast.values()})
+    return "/".join(seen) if seen else "off"
+
+
 def verdict_line(result: Comparison) -> str:
     """One line: PASS or DIVERGED, and why."""
     if result.passed:
@@ -128,6 +133,8 @@ def markdown(result: Comparison) -> str:
     for key in ("device", "default_dtype", "world_size", "seed"):
         if key in a or key in b:
             lines.append(f"| {key.replace('_', ' ')} | {a.get(key, '-')} | {b.get(key, '-')} |")
+    if result.a.kind == "probe" or result.b.kind == "probe":
+        lines.append(f"| autocast | {_autocast(result.a)} | {_autocast(result.b)} |")
     if "versions" in a or "versions" in b:
         va, vb = a.get("versions", {}), b.get("versions", {})
         lines.append(f"| torch | {va.get('torch', '-')} | {vb.get('torch', '-')} |")

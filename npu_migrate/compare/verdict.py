@@ -37,6 +37,8 @@ from npu_migrate.compare.settings import StepRange
 from npu_migrate.compare.sources import Run, SourceError, load_run
 from npu_migrate.compare.tolerance import Tolerance, errors, is_close
 
+_CHUNK = 1024  # steps checked at once
+
 try:  # optional: vectorised module-record checks
     import numpy as _np
 except ImportError:  # pragma: no cover - exercised where numpy is missing
@@ -322,17 +324,18 @@ def _compare_modules(result: Comparison) -> None:
                 continue
             entries_b = rb.modules[group[0]][0]
             tols = [tol.resolve(e.dtype, entries_b[j].dtype, *dtypes) for e, (_, j) in zip(pairing.entries, pairing.pairs)]
-            bad, nan, abs_err, rel_err, ratios = _check_group(ra, rb, group, pairing, tols)
-            result.module_ratio.setdefault(rank, {}).update(ratios)
+            for start in range(0, len(group), _CHUNK):  # bounded memory for long recordings
+                bad, nan, abs_err, rel_err, ratios = _check_group(ra, rb, group[start:start + _CHUNK], pairing, tols)
+                result.module_ratio.setdefault(rank, {}).update(ratios)
+                result.module_max_abs = max(result.module_max_abs, abs_err)
+                result.module_max_rel = max(result.module_max_rel, rel_err)
+                nonfinite.extend(nan)
+                failing.extend(s for s in bad if s not in nan)
+                for s in sorted(set(bad) | set(nan))[:1]:
+                    if first_fail is None or (s, rank) < first_fail:
+                        first_fail = (s, rank)
             result.module_steps_compared += len(group)
             result.module_entries_compared += len(group) * len(pairing.pairs)
-            result.module_max_abs = max(result.module_max_abs, abs_err)
-            result.module_max_rel = max(result.module_max_rel, rel_err)
-            nonfinite.extend(nan)
-            failing.extend(s for s in bad if s not in nan)
-            for s in sorted(set(bad) | set(nan))[:1]:
-                if first_fail is None or (s, rank) < first_fail:
-                    first_fail = (s, rank)
         if failing:
             result.module_failing[rank] = sorted(failing)
         if nonfinite:
