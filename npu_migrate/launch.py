@@ -763,6 +763,10 @@ class _Job:
             join=False,
             start_method=self.start_method,
         )
+        # Keep the context: on torch 2.1 it owns the workers' error queues, whose semaphores are
+        # unlinked when it is garbage-collected, and a worker still unpickling its arguments then
+        # fails with FileNotFoundError in SemLock._rebuild.
+        self._context = context
         return list(context.processes)
 
     def _stop(self, procs: list[Any], sig: int = signal.SIGTERM) -> None:
