@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import struct
 from array import array
 from dataclasses import dataclass, field
@@ -144,10 +145,12 @@ def read_rank_file(path: str, rank: int) -> RankRecording:
     session = -1
     with open(path, "rb") as fh:
         for number, line in enumerate(fh, 1):
-            if not line.strip():
+            if len(line) < 3 and not line.strip():
                 continue
             try:
-                obj = json.loads(line)
+                obj = _fast_modules(line) if line.startswith(_MODULES_PREFIX) else None
+                if obj is None:
+                    obj = json.loads(line)
                 kind = obj["kind"]
             except (ValueError, KeyError, TypeError):
                 rec.notes.append(f"{path}:{number}: unreadable line skipped (torn by a crash?)")
@@ -189,6 +192,28 @@ def read_rank_file(path: str, rank: int) -> RankRecording:
         raise ValueError(f"{path} has no probe header: expected a first line with \"kind\": \"header\" "
                          "written by --probe")
     return rec
+
+
+_MODULES_PREFIX = b'{"kind":"modules","step":'
+_MODULES_HEAD = re.compile(rb'\{"kind":"modules","step":(\d+),"layout":(\d+),"stats":"\Z')
+
+
+def _fast_modules(line: bytes) -> dict[str, Any] | None:
+    """A ``modules`` line exactly as the probe writes it, without running the JSON parser over its stats.
+
+    Returns ``None`` for anything else (then the line goes through ``json.loads``).
+    """
+    if not line.endswith(b'"}\n') and not line.endswith(b'"}'):
+        return None  # torn by a crash: let the JSON parser say so
+    start = line.find(b'"stats":"')
+    end = line.rfind(b'"}')
+    if start < 0 or end < start:
+        return None
+    head = _MODULES_HEAD.match(line, 0, start + 9)
+    if head is None:
+        return None
+    return {"kind": "modules", "step": int(head.group(1)), "layout": int(head.group(2)),
+            "stats": line[start + 9:end]}
 
 
 def _num(value: Any) -> float:
