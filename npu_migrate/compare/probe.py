@@ -32,6 +32,7 @@ import functools
 import json
 import logging
 import os
+import re
 import socket
 import sys
 import threading
@@ -149,8 +150,6 @@ class Probe:
                 directory=str(directory), level=level, modules=modules,  # type: ignore[arg-type]
                 steps=StepRange.parse(steps), ranks=parse_ranks(ranks) if isinstance(ranks, (str, type(None)))
                 else tuple(sorted(ranks)), append=append, seed_checkpoint=seed_checkpoint, no_dropout=no_dropout)
-        import re
-
         self._pattern = re.compile(self.settings.modules) if self.settings.modules else None
         self._modules_level = self.settings.level == "modules"
         self._managed = _managed  # armed by a launcher, which already checked the directory
@@ -394,9 +393,6 @@ class Probe:
                     and not any(self._selected_names.values()) and self._rank_selected():
                 self._warned_pattern = True
                 names = sorted(self._selected_names)
-                logger.warning("probe: --probe-modules %r matched none of the %d modules seen in step %d (%s); "
-                               "this will be an error at exit", self.settings.modules, len(names), step,
-                               ", ".join(names[:8]))
                 print(f"npu-migrate probe: warning: --probe-modules {self.settings.modules!r} matched none of the "
                       f"{len(names)} modules seen in step {step} ({', '.join(names[:8])}); this will be an error "
                       "at exit", file=sys.stderr, flush=True)

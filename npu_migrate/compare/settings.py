@@ -223,8 +223,6 @@ class ProbeSettings:
                              "was overwritten. Choose a new directory, or pass --probe-append to add to it.")
         os.makedirs(self.directory, exist_ok=True)
         if world_size is not None and self.ranks is not None and not any(r < world_size for r in self.ranks):
-            logger.warning("--probe-ranks %s selects none of the %d rank(s) 0-%d: no module records will be made",
-                           ",".join(map(str, self.ranks)), world_size, world_size - 1)
             print(f"npu-migrate: warning: --probe-ranks {','.join(map(str, self.ranks))} selects none of the "
                   f"{world_size} rank(s) 0-{world_size - 1}; this will be an error when the job ends.",
                   file=sys.stderr, flush=True)
