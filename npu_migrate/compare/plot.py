@@ -96,7 +96,7 @@ def write_png(result: Comparison, path: str) -> str:
         _finish(top, bottom, first, result)
         if col == 0:
             top.legend(fontsize=8, loc="best")
-            bottom.legend(fontsize=8, loc="upper right")
+            bottom.legend(fontsize=8, loc="best")
     if ratios:
         top, bottom = axes[0][-1], axes[1][-1]
         xs = sorted(ratios)
