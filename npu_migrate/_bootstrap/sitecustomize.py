@@ -1,10 +1,11 @@
 """npu_migrate's start-up hook, on PYTHONPATH only while runtime migration is on.
 
 ``npu-migrate run``, ``python -m npu_migrate.launch --migrate`` and ``import npu_migrate.auto`` put
-this folder first on PYTHONPATH and set NPU_MIGRATE_MIGRATE=1, so every Python process the job
+this folder first on PYTHONPATH and set NPU_MIGRATE_MIGRATE=1 (``--probe DIR`` sets NPU_MIGRATE_PROBE), so every Python process the job
 starts (mp.spawn and forkserver children, DataLoader workers, ``python`` subprocesses) migrates
 too. It runs the sitecustomize it shadows, if any, then arms npu_migrate._migrate_hook, which
-installs the migration when the process imports torch.
+installs the migration when the process imports torch, and npu_migrate.compare._hook, which starts
+the probe then.
 """
 
 import importlib.machinery
@@ -30,3 +31,10 @@ if os.environ.get("NPU_MIGRATE_MIGRATE") == "1":
         arm()
     except Exception as exc:  # noqa: BLE001 - a broken hook must not stop the interpreter
         sys.stderr.write(f"npu_migrate: runtime migration hook failed: {exc}\n")
+if os.environ.get("NPU_MIGRATE_PROBE"):
+    try:
+        from npu_migrate.compare._hook import arm as _arm_probe
+
+        _arm_probe()
+    except Exception as exc:  # noqa: BLE001 - a broken hook must not stop the interpreter
+        sys.stderr.write(f"npu_migrate: probe hook failed: {exc}\n")

@@ -76,6 +76,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Print every process's ranks, device, backend and environment; start nothing.")
     parser.add_argument("-m", "--module", action="store_true",
                         help="Run SCRIPT as a module, like python -m.")
+    from npu_migrate.compare import settings as probe_settings  # --probe DIR and its filters
+
+    probe_settings.add_probe_arguments(parser)
     parser.add_argument("script", metavar="SCRIPT", help="The training script (or module with -m).")
     parser.add_argument("script_args", metavar="ARGS", nargs=argparse.REMAINDER,
                         help="Arguments for the script, passed through untouched.")
@@ -108,6 +111,13 @@ def run(args: argparse.Namespace) -> int:
         target = Target(script=args.script, args=tuple(args.script_args))
     if args.migrate_report and not args.migrate:
         raise LaunchUsageError("--migrate-report needs --migrate: it reports what runtime migration redirected.")
+    from npu_migrate.compare import settings as probe_settings
+
+    probe = probe_settings.from_args(args)
+    if probe is not None and not args.dry_run:
+        # Before the fork server starts: it imports torch, and the probe must be armed there.
+        probe.prepare_directory(args.nproc * (args.nnodes or 1) if args.nproc else None)
+        probe.export()
     report_dir = None
     if args.migrate and not args.dry_run:
         # Before the fork server starts: it imports torch, and the migration must be armed there.
@@ -132,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
     say(f"node {cfg.node_rank} of {cfg.nnodes}: {cfg.nproc} process(es) on {cfg.device} with {cfg.backend}, "
         f"master {cfg.addr}:{cfg.port}, {cfg.net_note}{threads} (settings from {cfg.sources}){migrating}")
     try:
-        return run_job(cfg, target, methods[0])
+        return probe_settings.finish_job(probe, run_job(cfg, target, methods[0]))
     except NpuMigrateError:
         stop_fork_server()
         raise

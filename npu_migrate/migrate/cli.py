@@ -39,6 +39,9 @@ def build_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     parser.add_argument("--migrate-report", dest="migrate_report", default=None,
                         help="Write what was redirected, in every process of the job, to FILE (.json or markdown).")
     parser.add_argument("-m", "--module", action="store_true", help="Run SCRIPT as a module, like python -m.")
+    from npu_migrate.compare import settings as probe_settings  # --probe DIR and its filters
+
+    probe_settings.add_probe_arguments(parser)
     parser.add_argument("script", metavar="SCRIPT", help="The CUDA training script.")
     parser.add_argument("script_args", metavar="ARGS", nargs=argparse.REMAINDER, help="Its arguments, untouched.")
     parser.set_defaults(func=run)
@@ -64,8 +67,18 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--device-num {args.device_num} is not positive: expected 1 or more devices.")
     if not args.module and not os.path.isfile(args.script):
         raise UsageError(f"script {args.script!r} not found (working directory {os.getcwd()}).")
+    from npu_migrate.compare import settings as probe_settings
+
+    probe = probe_settings.from_args(args)
+    if probe is not None:
+        probe.prepare_directory()
+        probe.export()  # processes the script starts record too
     report_dir = tempfile.mkdtemp(prefix="npu_migrate_report_") if args.migrate_report else None
     migrate.install(device=args.device, device_count=args.device_num, propagate=True, report_dir=report_dir)
+    if probe is not None:
+        from npu_migrate.compare import probe as probe_module
+
+        probe_module.install_from_env()
     code = 0
     try:
         sys.argv = [args.script, *args.script_args]
@@ -80,6 +93,14 @@ def run(args: argparse.Namespace) -> int:
         if exc.code is not None and not isinstance(exc.code, int):
             print(exc.code, file=sys.stderr)
     finally:
+        if probe is not None:
+            from npu_migrate.compare import probe as probe_module
+
+            recording = probe_module.active()
+            if recording is not None:
+                recording.close()
+            if sys.exc_info()[0] is None:  # a script that raised says more than "nothing recorded"
+                code = probe_settings.finish_job(probe, code)
         if report_dir:
             from npu_migrate.migrate._report import REPORT
 

@@ -1,0 +1,7 @@
+"""``python -m npu_migrate.compare A B``: the same as ``npu-migrate compare A B``."""
+
+import sys
+
+from npu_migrate.compare.cli import main
+
+sys.exit(main())

@@ -1,0 +1,561 @@
+"""Recording a training run for ``npu-migrate compare``, with torch's global hooks and no code changes.
+
+Usage::
+
+    python -m npu_migrate.launch --device-num 2 --probe runs/gpu train.py       # every rank records
+    npu-migrate run --probe runs/npu --probe-level modules train.py
+
+    from npu_migrate.compare import Probe                                       # or from a script
+    with Probe("runs/cpu", level="modules", modules=r"layer\\d"):
+        train()
+
+What records what (nothing of torch's math is wrapped, so ``from torch import relu``, type checks
+and ``torch.compile`` see torch's own functions):
+
+* a wrapper of ``torch.Tensor.backward`` keeps the scalar each backward pass starts from (the loss);
+* ``torch.optim.optimizer.register_optimizer_step_pre_hook`` takes the gradient norm and the
+  learning rate before each optimizer step, ``..._post_hook`` writes the step's record;
+* ``torch.nn.modules.module.register_module_forward_pre_hook`` / ``..._forward_hook`` take every
+  module's inputs and outputs in training forwards (gradients enabled), and tensor hooks on them
+  and on parameters take the backward gradients (``--probe-level modules``). The same pre-hook
+  notes autocast, loads or saves the seed checkpoint and turns dropout off on request.
+
+Statistics are computed on the device in float32 (float64 for float64 tensors) and fetched once
+per step. Records are appended to ``DIR/rank{R}.jsonl`` line by line as each step ends (see
+:mod:`npu_migrate.compare.records`), so a crash keeps every finished step.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import json
+import logging
+import os
+import re
+import socket
+import sys
+import threading
+import time
+import weakref
+from typing import Any, Iterator
+
+import torch
+
+from npu_migrate.compare import records
+from npu_migrate.compare.settings import ProbeError, ProbeSettings, StepRange, parse_ranks
+
+logger = logging.getLogger(__name__)
+
+_ACTIVE: Probe | None = None
+_ORIGINAL_BACKWARD = None
+_MAX_NEST = 3  # how deep inputs/outputs made of tuples, lists and dicts are searched for tensors
+
+
+def _wrappers() -> tuple[type, ...]:
+    """Module classes that only wrap ``.module`` and are not recorded themselves (DDP, DataParallel)."""
+    return (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def _tensors(value: Any, prefix: str, depth: int = 0) -> Iterator[tuple[str, torch.Tensor]]:
+    """``(slot, tensor)`` for every strided tensor in ``value`` (tuples, lists, dicts, nested)."""
+    if isinstance(value, torch.Tensor):
+        if value.layout == torch.strided:
+            yield prefix, value
+    elif depth < _MAX_NEST and isinstance(value, (tuple, list)):
+        for i, item in enumerate(value):
+            yield from _tensors(item, f"{prefix}.{i}", depth + 1)
+    elif depth < _MAX_NEST and isinstance(value, dict):
+        for key, item in value.items():
+            yield from _tensors(item, f"{prefix}.{key}", depth + 1)
+
+
+def tensor_stats(tensor: torch.Tensor) -> torch.Tensor:
+    """min, max, mean, L2 norm, NaN count and Inf count of ``tensor``, as one tensor on its device.
+
+    Computed in float32, or float64 for float64 tensors; complex tensors by magnitude. Nothing
+    is fetched to the host here.
+    """
+    x = tensor.detach()
+    if x.is_complex():
+        x = x.abs()
+    if x.dtype != torch.float64:
+        x = x.float()
+    if x.numel() == 0:
+        return torch.zeros(records.NSTATS, dtype=x.dtype, device=x.device)
+    low, high = torch.aminmax(x)
+    return torch.stack([low, high, x.mean(), torch.linalg.vector_norm(x),
+                        torch.isnan(x).sum().to(x.dtype), torch.isinf(x).sum().to(x.dtype)])
+
+
+def _autocast_dtype(device_type: str) -> str | None:
+    """The autocast dtype active now on ``device_type`` or the CPU, else ``None``."""
+    for dev in dict.fromkeys((device_type, "cpu")):
+        try:  # torch >= 2.4: one API for every device type
+            if torch.is_autocast_enabled(dev):
+                return _dtype_name(torch.get_autocast_dtype(dev))
+            continue
+        except (TypeError, AttributeError, RuntimeError):
+            pass
+        if dev == "cpu" and torch.is_autocast_cpu_enabled():
+            return _dtype_name(torch.get_autocast_cpu_dtype())
+        if dev == "cuda" and torch.is_autocast_enabled():
+            return _dtype_name(torch.get_autocast_gpu_dtype())
+        module = getattr(torch, dev, None)  # torch_npu on torch < 2.4: torch.npu.is_autocast_enabled()
+        if dev not in ("cpu", "cuda") and hasattr(module, "is_autocast_enabled"):
+            try:
+                if module.is_autocast_enabled():
+                    return _dtype_name(module.get_autocast_dtype())
+            except Exception:  # noqa: BLE001 - an extension without the query records no autocast
+                pass
+    return None
+
+
+def _patched_backward(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+    probe = _ACTIVE
+    if probe is not None and tensor.numel() == 1:
+        probe._note_loss(tensor)
+    return _ORIGINAL_BACKWARD(tensor, *args, **kwargs)  # type: ignore[misc]
+
+
+class Probe:
+    """Records this process's training to ``DIR/rank{R}.jsonl`` while started.
+
+    Args:
+        directory: a directory, or complete :class:`ProbeSettings`.
+        level: ``steps`` or ``modules``.
+        modules: regular expression selecting module names (``--probe-level modules``).
+        steps: optimizer steps whose module records are kept, e.g. ``"10:20"``.
+        ranks: ranks that record modules, e.g. ``"0"`` or ``(0, 1)``.
+        append: add to an existing rank file instead of refusing it.
+        seed_checkpoint: initial weights saved there by the first run and loaded by later ones.
+        no_dropout: set every dropout module's probability to 0.
+
+    Raises:
+        ProbeError: bad settings, or (at the first record) a rank file that exists without
+            ``append``.
+    """
+
+    def __init__(self, directory: str | ProbeSettings, *, level: str = "steps", modules: str | None = None,
+                 steps: str | None = None, ranks: str | tuple[int, ...] | None = None, append: bool = False,
+                 seed_checkpoint: str | None = None, no_dropout: bool = False, _managed: bool = False) -> None:
+        if isinstance(directory, ProbeSettings):
+            self.settings = directory
+        else:
+            self.settings = ProbeSettings(
+                directory=str(directory), level=level, modules=modules,  # type: ignore[arg-type]
+                steps=StepRange.parse(steps), ranks=parse_ranks(ranks) if isinstance(ranks, (str, type(None)))
+                else tuple(sorted(ranks)), append=append, seed_checkpoint=seed_checkpoint, no_dropout=no_dropout)
+        self._pattern = re.compile(self.settings.modules) if self.settings.modules else None
+        self._modules_level = self.settings.level == "modules"
+        self._managed = _managed  # armed by a launcher, which already checked the directory
+        self._lock = threading.Lock()
+        self._handles: list[Any] = []
+        self._param_handles: list[Any] = []
+        self._hooked_params: dict[int, Any] = {}  # id -> weakref (tensors compare by value, not identity)
+        self._names: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._selected_names: dict[str, bool] = {}
+        self._layouts: dict[tuple, int] = {}
+        self._fh: Any = None
+        self._pid: int | None = None
+        self._rank = 0
+        self._world_size = 1
+        self._device_type = "cpu"
+        self._closed = False
+        self._seed_done = not self.settings.seed_checkpoint
+        self._step = 0  # optimizer steps done
+        self._module_records = 0
+        self._seen_steps_with_modules = 0
+        self._warned_pattern = False
+        self._reset_step()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> Probe:
+        """Install the hooks (once per process).
+
+        Raises:
+            ProbeError: another probe is recording in this process.
+        """
+        global _ACTIVE, _ORIGINAL_BACKWARD
+        if _ACTIVE is not None:
+            raise ProbeError(f"a probe is already recording to {_ACTIVE.settings.directory!r} in this process; "
+                             "stop it first (one recording per process).")
+        from torch.nn.modules import module as nn_module
+        from torch.optim import optimizer as optim_module
+
+        self._handles = [
+            optim_module.register_optimizer_step_pre_hook(self._before_step),
+            optim_module.register_optimizer_step_post_hook(self._after_step),
+            nn_module.register_module_forward_pre_hook(self._forward_pre),
+        ]
+        if self._modules_level:
+            self._handles.append(nn_module.register_module_forward_hook(self._forward_post))
+        _ORIGINAL_BACKWARD = torch.Tensor.backward
+        torch.Tensor.backward = functools.wraps(_ORIGINAL_BACKWARD)(_patched_backward)  # type: ignore[method-assign]
+        _ACTIVE = self
+        return self
+
+    def stop(self) -> None:
+        """Write what is pending and the ``end`` record, then remove every hook.
+
+        Raises:
+            ProbeError: module records were asked for and a filter matched nothing.
+        """
+        global _ACTIVE, _ORIGINAL_BACKWARD
+        reasons = self.close()
+        for handle in self._handles + self._param_handles:
+            handle.remove()
+        self._handles, self._param_handles = [], []
+        if _ACTIVE is self:
+            if _ORIGINAL_BACKWARD is not None:
+                torch.Tensor.backward = _ORIGINAL_BACKWARD  # type: ignore[method-assign]
+            _ACTIVE, _ORIGINAL_BACKWARD = None, None
+        if reasons:
+            raise ProbeError(f"--probe {self.settings.directory}: {'; '.join(reasons)}. Nothing was recorded per "
+                             "module: check the module pattern, step range and ranks.")
+
+    def __enter__(self) -> Probe:
+        return self.start()
+
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        if exc_type is None:
+            self.stop()
+        else:
+            try:
+                self.stop()
+            except ProbeError:
+                pass  # the exception in flight says more
+
+    def close(self) -> list[str]:
+        """Flush pending module statistics and write the ``end`` record; return unmatched-filter reasons."""
+        with self._lock:
+            if self._closed or self._fh is None or self._pid != os.getpid():
+                return []
+            self._closed = True
+            try:
+                self._flush_modules(self._step + 1)
+            except Exception as exc:  # noqa: BLE001 - at exit, keep what is there
+                logger.warning("probe: could not write the last module statistics: %s", exc)
+            reasons = self._unmatched()
+            self._write({"kind": "end", "time": time.time(), "steps": self._step, "level": self.settings.level,
+                         "module_records": self._module_records, "unmatched": reasons})
+            self._fh.close()
+            return reasons if self._rank_selected() else []
+
+    # ------------------------------------------------------------------ the file
+
+    def _open(self) -> bool:
+        """Open this rank's file and write the header at the first record; False in processes that must not record."""
+        if self._fh is not None:
+            return self._pid == os.getpid() and not self._closed
+        if self._closed:
+            return False
+        info = torch.utils.data.get_worker_info()
+        if info is not None:  # a DataLoader worker: never the training process
+            return False
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            self._rank, self._world_size = dist.get_rank(), dist.get_world_size()
+        else:
+            self._rank = int(os.environ.get("RANK", "0"))
+            self._world_size = int(os.environ.get("WORLD_SIZE", "1"))
+        os.makedirs(self.settings.directory, exist_ok=True)
+        path = os.path.join(self.settings.directory, f"rank{self._rank}.jsonl")
+        if os.path.exists(path) and not (self.settings.append or self._managed):
+            self._closed = True
+            raise ProbeError(f"probe file {path!r} already exists; nothing was overwritten. Choose a new directory, "
+                             "or pass append=True (--probe-append) to add to it.")
+        self._fh = open(path, "ab")
+        self._pid = os.getpid()
+        self._device_type, device_name = self._device()
+        torch_npu = sys.modules.get("torch_npu")
+        from npu_migrate import __version__
+
+        self._write({
+            "kind": "header", "format": records.FORMAT, "rank": self._rank, "world_size": self._world_size,
+            "local_rank": int(os.environ.get("LOCAL_RANK", "0")), "node_rank": int(os.environ.get("NODE_RANK", "0")),
+            "host": socket.gethostname(), "pid": self._pid, "time": time.time(),
+            "device": self._device_type, "device_name": device_name,
+            "default_dtype": _dtype_name(torch.get_default_dtype()), "seed": torch.initial_seed(),
+            "deterministic": torch.are_deterministic_algorithms_enabled(),
+            "versions": {"python": sys.version.split()[0], "torch": torch.__version__,
+                         "torch_npu": getattr(torch_npu, "__version__", None), "npu_migrate": __version__},
+            "settings": self.settings.describe(), "stat_fields": list(records.STAT_FIELDS),
+            "argv": list(sys.argv),
+        })
+        # Workers of the launcher and of multiprocessing leave through os._exit, which skips atexit;
+        # multiprocessing runs its own finalizers first.
+        atexit.register(self.close)
+        try:
+            import multiprocessing.util
+
+            multiprocessing.util.Finalize(None, self.close, exitpriority=100)
+        except Exception:  # noqa: BLE001 - atexit is enough in a plain process
+            pass
+        return True
+
+    @staticmethod
+    def _device() -> tuple[str, str | None]:
+        try:
+            from npu_migrate import device as nm_device
+
+            return nm_device.device_type(), nm_device.device_name()
+        except Exception:  # noqa: BLE001 - the header says what it can
+            return ("cuda" if torch.cuda.is_available() else "cpu"), None
+
+    def _write(self, record: dict[str, Any]) -> None:
+        self._fh.write((json.dumps(record, separators=(",", ":")) + "\n").encode("utf-8"))
+        self._fh.flush()
+
+    # ------------------------------------------------------------------ selection
+
+    def _rank_selected(self) -> bool:
+        return self.settings.ranks is None or self._rank in self.settings.ranks
+
+    def _selected(self, name: str) -> bool:
+        chosen = self._selected_names.get(name)
+        if chosen is None:
+            chosen = self._pattern is None or bool(self._pattern.search(name))
+            self._selected_names[name] = chosen
+        return chosen and (self._step + 1) in self.settings.steps and self._rank_selected()
+
+    def _unmatched(self) -> list[str]:
+        if not self._modules_level or self._module_records:
+            return []
+        if not self._rank_selected():
+            return [f"--probe-ranks {','.join(map(str, self.settings.ranks or ()))} does not include rank "
+                    f"{self._rank} of {self._world_size}"]
+        names = sorted(self._selected_names)
+        if self._pattern is not None and names and not any(self._selected_names.values()):
+            shown = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
+            return [f"--probe-modules {self.settings.modules!r} matched none of the {len(names)} modules ({shown})"]
+        if names and self._step:
+            return [f"--probe-steps {self.settings.steps} matched none of the {self._step} optimizer step(s) run"]
+        return ["no module ran forward with gradients enabled"]
+
+    # ------------------------------------------------------------------ per step
+
+    def _reset_step(self) -> None:
+        self._losses: list[torch.Tensor] = []
+        self._grad_norm: torch.Tensor | None = None
+        self._lr: float | None = None
+        self._autocast: str | None = None
+        self._calls: dict[str, int] = {}
+        self._grad_calls: dict[tuple[str, str], int] = {}
+        self._entries: list[tuple[str, int, str, str, str, tuple[int, ...]]] = []
+        self._stats: list[torch.Tensor] = []
+        self._stack: list[tuple[Any, ...]] = []
+
+    def _note_loss(self, tensor: torch.Tensor) -> None:
+        if self._open():
+            self._losses.append(tensor.detach().reshape(()).clone())
+
+    def _before_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if not self._open():
+            return
+        grads: dict[torch.device, list[torch.Tensor]] = {}
+        for group in optimizer.param_groups:
+            for param in group["params"]:
+                grad = param.grad
+                if grad is None:
+                    continue
+                if grad.is_sparse:
+                    grad = grad.coalesce()._values()
+                g = grad.detach()
+                grads.setdefault(g.device, []).append(torch.linalg.vector_norm(g if g.dtype == torch.float64 else g.float()))
+        if grads:
+            parts = [torch.linalg.vector_norm(torch.stack(norms)).to("cpu", torch.float64) for norms in grads.values()]
+            self._grad_norm = torch.linalg.vector_norm(torch.stack(parts))
+        lr = optimizer.param_groups[0].get("lr") if optimizer.param_groups else None
+        self._lr = float(lr) if lr is not None else None
+
+    def _after_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if not self._open():
+            return
+        with self._lock:
+            step = self._step + 1
+            loss = None
+            if self._losses:
+                loss = torch.stack([t.to("cpu", torch.float64) for t in self._losses]).mean().item()
+            record = {"kind": "step", "step": step, "loss": loss, "backwards": len(self._losses),
+                      "grad_norm": self._grad_norm.item() if self._grad_norm is not None else None,
+                      "lr": self._lr, "autocast": self._autocast}
+            self._write(record)
+            self._flush_modules(step)
+            self._step = step
+            if self._modules_level and self._pattern is not None and not self._warned_pattern and self._selected_names \
+                    and not any(self._selected_names.values()) and self._rank_selected():
+                self._warned_pattern = True
+                names = sorted(self._selected_names)
+                print(f"npu-migrate probe: warning: --probe-modules {self.settings.modules!r} matched none of the "
+                      f"{len(names)} modules seen in step {step} ({', '.join(names[:8])}); this will be an error "
+                      "at exit", file=sys.stderr, flush=True)
+            self._reset_step()
+
+    def _flush_modules(self, step: int) -> None:
+        if not self._entries:
+            return
+        entries, stats = tuple(self._entries), self._stats
+        self._entries, self._stats = [], []
+        groups: dict[tuple[Any, Any], list[int]] = {}
+        for i, s in enumerate(stats):
+            groups.setdefault((s.device, s.dtype), []).append(i)
+        rows: list[Any] = [None] * len(stats)
+        for idx in groups.values():
+            block = torch.stack([stats[i] for i in idx]).to("cpu").double().tolist()
+            for i, row in zip(idx, block):
+                rows[i] = row
+        layout_id = self._layouts.get(entries)
+        if layout_id is None:
+            layout_id = self._layouts[entries] = len(self._layouts)
+            self._write(records.layout_line(layout_id, entries))
+        flat = [v for row in rows for v in row]
+        self._write({"kind": "modules", "step": step, "layout": layout_id, "stats": records.encode_stats(flat)})
+        self._module_records += len(entries)
+
+    # ------------------------------------------------------------------ per module
+
+    def _name_tree(self, root: torch.nn.Module) -> None:
+        inner = root.module if isinstance(root, _wrappers()) else root
+        if inner is not root:
+            self._names[root] = ""
+        base = type(inner).__name__
+        for name, module in inner.named_modules():
+            if module not in self._names:
+                self._names[module] = name or base
+
+    def _name(self, module: torch.nn.Module) -> str:
+        name = self._names.get(module)
+        if name is None:
+            root = self._stack[0][0] if self._stack else module
+            self._name_tree(root)
+            name = self._names.get(module)
+            if name is None:  # created during forward, or called by a module it does not belong to
+                parent = self._stack[-1][1] if self._stack else ""
+                name = f"{parent}.{type(module).__name__}" if parent else type(module).__name__
+                self._names[module] = name
+        return name
+
+    def _forward_pre(self, module: torch.nn.Module, args: Any) -> None:
+        if not torch.is_grad_enabled():
+            return None  # evaluation and no_grad forwards are not part of a training step
+        if not self._seed_done and not self._stack:
+            self._seed(module)
+        if self.settings.no_dropout and isinstance(module, torch.nn.modules.dropout._DropoutNd) and module.p:
+            module.p = 0.0
+        if self._autocast is None:
+            self._autocast = _autocast_dtype(self._device_type)
+        if not self._modules_level:
+            return None
+        if not self._open():
+            return None
+        name = self._name(module)
+        if not name or not self._selected(name):
+            self._stack.append((module, name, -1, None))
+            return None
+        call = self._calls.get(name, 0)
+        self._calls[name] = call + 1
+        inputs = [(slot, t.dtype, tuple(t.shape), tensor_stats(t)) for slot, t in _tensors(tuple(args), "input")]
+        self._stack.append((module, name, call, inputs))
+        return None
+
+    def _forward_post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        if not torch.is_grad_enabled() or not self._stack:
+            return None
+        while self._stack:  # frames of forwards that raised are dropped
+            frame = self._stack.pop()
+            if frame[0] is module:
+                break
+        else:
+            return None
+        _, name, call, inputs = frame
+        if inputs is None:
+            return None
+        for slot, dtype, shape, stats in inputs:
+            self._add(name, call, "forward", slot, dtype, shape, stats)
+        for slot, t in _tensors(output, "output"):
+            self._add(name, call, "forward", slot, t.dtype, tuple(t.shape), tensor_stats(t))
+            if t.requires_grad:
+                t.register_hook(functools.partial(self._grad_hook, name, call, "grad_" + slot, self._step))
+        for slot, t in _tensors(tuple(args), "input"):
+            if t.requires_grad:
+                t.register_hook(functools.partial(self._grad_hook, name, call, "grad_" + slot, self._step))
+        for pname, param in module.named_parameters(recurse=False):
+            known = self._hooked_params.get(id(param))
+            if param.requires_grad and (known is None or known() is not param):
+                self._hooked_params[id(param)] = weakref.ref(param)
+                self._param_handles.append(param.register_hook(
+                    functools.partial(self._param_hook, weakref.ref(module), "grad." + pname)))
+        return None
+
+    def _add(self, name: str, call: int, phase: str, slot: str, dtype: torch.dtype, shape: tuple[int, ...],
+             stats: torch.Tensor) -> None:
+        self._entries.append((name, call, phase, slot, _dtype_name(dtype), shape))
+        self._stats.append(stats)
+
+    def _grad_hook(self, name: str, call: int, slot: str, step: int, grad: torch.Tensor) -> None:
+        if _ACTIVE is self and step == self._step and grad is not None:
+            self._add(name, call, "backward", slot, grad.dtype, tuple(grad.shape), tensor_stats(grad))
+
+    def _param_hook(self, module_ref: Any, slot: str, grad: torch.Tensor) -> None:
+        module = module_ref()
+        if _ACTIVE is not self or module is None or grad is None:
+            return
+        name = self._names.get(module)
+        if not name or not self._selected(name) or not self._open():
+            return
+        count = self._grad_calls.get((name, slot), 0)
+        self._grad_calls[(name, slot)] = count + 1
+        self._add(name, count, "backward", slot, grad.dtype, tuple(grad.shape), tensor_stats(grad))
+
+    # ------------------------------------------------------------------ comparable runs
+
+    def _seed(self, root: torch.nn.Module) -> None:
+        model = root.module if isinstance(root, _wrappers()) else root
+        if not any(True for _ in model.parameters()):
+            return
+        self._seed_done = True
+        if not self._open():
+            return
+        path = str(self.settings.seed_checkpoint)
+        mode = self.settings.seed_mode or ("load" if os.path.exists(path) else "save")
+        if mode == "load":
+            try:
+                state = torch.load(path, map_location="cpu", weights_only=True)
+            except FileNotFoundError as exc:
+                raise ProbeError(f"--probe-seed-checkpoint {path!r} is gone: it existed when the job started. "
+                                 "Keep the file, or delete it on purpose to save a new one.") from exc
+            try:
+                with torch.no_grad():
+                    model.load_state_dict(state)
+            except RuntimeError as exc:
+                first = " ".join(str(exc).split())[:300]
+                raise ProbeError(f"--probe-seed-checkpoint {path!r} does not fit {type(model).__name__}: {first}. "
+                                 "It must come from the same model; delete it to save a new one.") from exc
+            logger.info("probe: initial weights of %s loaded from %s", type(model).__name__, path)
+        elif self._rank == 0:
+            tmp = f"{path}.{os.getpid()}.tmp"
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, tmp)
+            os.replace(tmp, path)
+            logger.info("probe: initial weights of %s saved to %s", type(model).__name__, path)
+
+
+def install_from_env() -> Probe | None:
+    """Start the probe a launcher exported (``NPU_MIGRATE_PROBE``...); ``None`` when none was."""
+    settings = ProbeSettings.from_env()
+    if settings is None or _ACTIVE is not None:
+        return _ACTIVE
+    return Probe(settings, _managed=True).start()
+
+
+def active() -> Probe | None:
+    """The probe recording in this process, if any."""
+    return _ACTIVE
+
