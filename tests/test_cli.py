@@ -176,7 +176,8 @@ def test_run_leaves_the_scripts_logging_alone(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["--version"], ["port", "--list-rules"], ["check", "{src}"],
-                                  ["port", "{src}"], ["launch", "--help"], ["env", "--help"], ["smoke", "--help"]])
+                                  ["port", "{src}"], ["launch", "--help"], ["env", "--help"], ["smoke", "--help"],
+                                  ["compare", "--help"]])
 def test_commands_that_need_no_torch_never_import_it(tmp_path: Path, argv: list[str]) -> None:
     (tmp_path / "train.py").write_text("import torch\nx = torch.zeros(1).cuda()\n")
     argv = [a.format(src=str(tmp_path / "train.py")) for a in argv]
