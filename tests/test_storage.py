@@ -365,6 +365,14 @@ def test_unreachable_endpoint_bounded(s3: Server, monkeypatch: pytest.MonkeyPatc
         storage.read_bytes("s3://bkt/x.pt")
 
 
+def test_fetch_in_a_job_needs_the_process_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    with pytest.raises(StorageError, match=r"^s3://bkt/data: in a job of 2 processes, call fetch\(\) after the "
+                                           r"process group is initialised"):
+        cache.fetch("s3://bkt/data")
+
+
 def test_scheme_not_installed_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "s3fs", None)  # what `import s3fs` meets when it is not installed
     with pytest.raises(StorageError, match=r"^oss://bkt/data: oss:// URLs need the storage extra \(fsspec, s3fs\), "

@@ -98,11 +98,22 @@ def fetch(
     Raises:
         StorageError: one line naming the URL and the fix, on every rank, when any node's
             download failed or nothing matched ``include``.
+
+    The other ranks wait inside a collective, so the process group's timeout (30 minutes by
+    default for gloo, 10 for nccl/hccl; ``init_process_group(timeout=...)``) bounds how long a
+    download may take; fill the cache beforehand for larger data sets.
     """
     text = os.fspath(url)
     if not storage.is_remote(text):
         return Path(storage.parse_url(text).key)
     target = local_dir(text, cache_dir)
+    import torch.distributed as dist
+
+    if _env_int("WORLD_SIZE", 1) > 1 and not (dist.is_available() and dist.is_initialized()):
+        # Without a process group the other ranks of a node could not wait for the download.
+        raise StorageError(
+            f"{text}: in a job of {_env_int('WORLD_SIZE', 1)} processes, call fetch() after the process group "
+            "is initialised (npu_migrate.init_distributed()), on every rank.", kind="config", url=text)
     failure: tuple[str, str] | None = None
     if _env_int("LOCAL_RANK", 0) == 0:
         try:
