@@ -249,14 +249,12 @@ def test_seed000_tensors_from_oss_with_checkpoint(server: Server, mnist_dir: Pat
     assert SECRET not in result.stderr + result.stdout and KEY_ID not in result.stderr + result.stdout
 
 
-RESUME_ARGS = ["--dataset", "digits", "--limit-batches", "3"]
-
-
-def test_checkpoint_in_s3_resumes_to_the_uninterrupted_run(s3: Server, tmp_path: Path) -> None:
+def test_checkpoint_in_s3_resumes_to_the_uninterrupted_run(s3: Server, mnist_dir: Path, tmp_path: Path) -> None:
     bucket = new_bucket("ckpt")
     env = s3_env(s3)
-    ok(run(tmp_path, "mnist.py", *RESUME_ARGS, "--epochs", "2", "--metrics", "full.jsonl", env=env))
-    stopped = [*RESUME_ARGS, "--checkpoint-dir", f"s3://{bucket}/runs/a", "--metrics", "resumed.jsonl"]
+    resume_args = ["--data-dir", str(mnist_dir), "--limit-batches", "3"]  # local data: only the checkpoint is remote
+    ok(run(tmp_path, "mnist.py", *resume_args, "--epochs", "2", "--metrics", "full.jsonl", env=env))
+    stopped = [*resume_args, "--checkpoint-dir", f"s3://{bucket}/runs/a", "--metrics", "resumed.jsonl"]
     s3.record()
     ok(run(tmp_path, "mnist.py", *stopped, "--epochs", "1", env=env))
     puts = [r for r in s3.recorded() if r["method"] == "PUT"]
