@@ -56,8 +56,8 @@ DRY_RUN_BATCHES = 2
 def add_common_args(parser: argparse.ArgumentParser, *, epochs: int, batch_size: int, lr: float) -> None:
     """Add the flags every example takes, with that example's defaults."""
     parser.add_argument("--data-dir", default="./data",
-                        help="Where datasets live in torchvision's layout: a directory (downloaded there when missing), "
-                             "s3://bucket/prefix or oss://bucket/prefix (default: %(default)s).")
+                        help="Datasets in torchvision's layout (default: %(default)s): a directory, downloaded "
+                             "there when missing, or s3://bucket/prefix or oss://bucket/prefix.")
     parser.add_argument("--cache-dir", metavar="DIR", default=None,
                         help="Where each node keeps its copy of a remote --data-dir (default: $NPU_MIGRATE_CACHE_DIR, "
                              "else ~/.cache/npu_migrate).")

@@ -15,7 +15,7 @@ also carries its outcome, so an error stops every rank with the same line instea
 The files of one object ``NAME`` in the cache directory (the protocol, written down here):
 
 - ``NAME``: the complete file. Only ``os.replace`` creates it, after its size and MD5 matched.
-- ``.NAME.<host>.part``: bytes downloaded so far, by ranged GETs of ``chunk_size`` bytes.
+- ``.NAME.<host>.part``: bytes downloaded so far, by one streaming GET from the ``.part``'s size.
 - ``.NAME.<host>.part.json``: ``{"etag", "size"}`` of the object the ``.part`` holds bytes of. A
   later run continues the ``.part`` only if the object still has that ETag and size; otherwise it
   starts over. (``<host>`` keeps nodes that share a cache directory out of each other's way.)
@@ -44,7 +44,7 @@ from npu_migrate.errors import StorageError
 logger = logging.getLogger(__name__)
 
 ENV_CACHE_DIR = "NPU_MIGRATE_CACHE_DIR"
-DEFAULT_CHUNK = 8 * 2**20
+DEFAULT_CHUNK = 2**20  # bytes per write and per progress update
 
 
 def default_cache_dir() -> Path:
@@ -88,7 +88,8 @@ def fetch(
         include: glob patterns (``fnmatch``) of paths relative to the prefix; ``*`` also
             matches ``/``.
         cache_dir: the cache's root (default: :func:`default_cache_dir`).
-        chunk_size: bytes per ranged GET; an interrupted download resumes at a chunk boundary.
+        chunk_size: bytes per write (and per ``progress`` call); an interrupted download
+            resumes at the last byte written.
         progress: called with the byte count of each chunk written (default: a tqdm bar on
             global rank 0).
 
@@ -98,11 +99,22 @@ def fetch(
     Raises:
         StorageError: one line naming the URL and the fix, on every rank, when any node's
             download failed or nothing matched ``include``.
+
+    The other ranks wait inside a collective, so the process group's timeout (30 minutes by
+    default for gloo, 10 for nccl/hccl; ``init_process_group(timeout=...)``) bounds how long a
+    download may take; fill the cache beforehand for larger data sets.
     """
     text = os.fspath(url)
     if not storage.is_remote(text):
         return Path(storage.parse_url(text).key)
     target = local_dir(text, cache_dir)
+    import torch.distributed as dist
+
+    if _env_int("WORLD_SIZE", 1) > 1 and not (dist.is_available() and dist.is_initialized()):
+        # Without a process group the other ranks of a node could not wait for the download.
+        raise StorageError(
+            f"{text}: in a job of {_env_int('WORLD_SIZE', 1)} processes, call fetch() after the process group "
+            "is initialised (npu_migrate.init_distributed()), on every rank.", kind="config", url=text)
     failure: tuple[str, str] | None = None
     if _env_int("LOCAL_RANK", 0) == 0:
         try:
@@ -222,17 +234,24 @@ def download(url: str, item: storage.RemoteFile, dest: Path, *, chunk_size: int 
         part.unlink(missing_ok=True)
         state.write_text(json.dumps(expected))
     with open(part, "ab") as fh:
-        while offset < item.size:
-            block = storage.read_range(url, offset, min(offset + chunk_size, item.size))
-            if not block:
-                break
-            fh.write(block)
-            fh.flush()
-            digest.update(block)
-            offset += len(block)
-            if progress is not None:
-                progress(len(block))
-        os.fsync(fh.fileno())
+        try:
+            if offset < item.size:
+                for block in storage.stream_from(url, offset, etag=item.etag, block=chunk_size):
+                    fh.write(block)
+                    digest.update(block)
+                    offset += len(block)
+                    if progress is not None:
+                        progress(len(block))
+        except StorageError as exc:
+            if exc.kind == "incomplete":  # the object changed: these bytes are of no use
+                fh.close()
+                part.unlink(missing_ok=True)
+                state.unlink(missing_ok=True)
+            raise
+        finally:
+            if not fh.closed:
+                fh.flush()
+                os.fsync(fh.fileno())  # what arrived is kept for the next run to continue from
     problem = None
     if offset != item.size:
         problem = f"got {offset} bytes, the object has {item.size}"

@@ -478,14 +478,45 @@ def normalize_etag(etag: str) -> str:
     return etag.strip().strip('"').lower()
 
 
-def read_range(url: str, start: int, end: int) -> bytes:
-    """Bytes ``[start, end)`` of the object ``url`` (one ranged GET)."""
+def stream_from(url: str, start: int, *, etag: str | None = None, block: int = 2**20) -> Iterator[bytes]:
+    """The bytes of the object ``url`` from ``start`` to its end, as they arrive, in one GET.
+
+    One streaming request rather than one request per block: per-request latency would
+    otherwise dominate (see benchmarks/bench_storage.py).
+
+    Args:
+        etag: the ETag the bytes must belong to (normalised); another one raises
+            ``StorageError(kind="incomplete")``, since the object changed since it was listed.
+        block: the size of the pieces yielded.
+
+    Raises:
+        StorageError: for anything the request or the stream raised, e.g. ``unreachable`` when
+            the connection breaks off mid-transfer.
+    """
+    from fsspec.asyn import sync
+
     parsed = parse_url(url)
     fs = filesystem(parsed)
     try:
-        return fs.cat_file(parsed.path, start=start, end=end)
+        response = sync(fs.loop, fs._call_s3, "get_object", Bucket=parsed.bucket, Key=parsed.key,
+                        Range=f"bytes={start}-")
     except Exception as exc:  # noqa: BLE001
         raise _missing(fs, parsed, exc) from None
+    body = response["Body"]
+    try:
+        if etag is not None and normalize_etag(response.get("ETag", "")) != etag:
+            raise StorageError(f"{parsed.url}: the object changed while it was being downloaded. Run again.",
+                               kind="incomplete", url=parsed.url)
+        while True:
+            try:
+                piece = sync(fs.loop, body.read, block)
+            except Exception as exc:  # noqa: BLE001
+                raise translate(exc, parsed) from None
+            if not piece:
+                return
+            yield piece
+    finally:
+        body.close()
 
 
 def read_bytes(url: str | os.PathLike) -> bytes:
