@@ -20,6 +20,7 @@ import logging
 import os
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -189,7 +190,48 @@ def init_distributed(
     )
 
 
+# torch 2.1's ~ProcessGroupGloo takes the group's work lock while it holds the GIL, and the group's
+# worker thread needs the GIL to free a finished collective's tensors under that lock. A group whose
+# last reference dies mid-program (after destroy_process_group, once DDP lets go of it as the
+# script's main() returns) then deadlocks the process on its way out: seen in about 1 run in 4 of a
+# 2-rank gloo job on torch 2.1.2, never on 2.14. Groups are kept here instead, until the process
+# ends, on the torch releases where this was seen or may be.
+_RETIRED: list[Any] = []
+_RETIRE_BEFORE = (2, 5)
+
+
+def _retire_groups() -> None:
+    """Keep every live process group referenced until the process ends (torch < 2.5)."""
+    if _device._release_tuple(torch.__version__) >= _RETIRE_BEFORE:
+        return
+    world = getattr(dist.distributed_c10d, "_world", None)
+    _RETIRED.extend(getattr(world, "pg_map", {}) or {})
+
+
+def keep_groups_on_destroy() -> None:
+    """Make ``dist.destroy_process_group`` keep the groups it destroys alive (torch < 2.5).
+
+    The launcher calls this in every worker before the script runs, so scripts that call
+    ``dist.destroy_process_group()`` themselves are covered too (see ``_RETIRED``).
+    """
+    if _device._release_tuple(torch.__version__) >= _RETIRE_BEFORE:
+        return
+    original = dist.destroy_process_group
+    if getattr(original, "_npu_migrate_keeps_groups", False):
+        return
+
+    def destroy_process_group(group: Any = None) -> None:
+        _retire_groups()
+        original(group)
+
+    destroy_process_group.__doc__ = original.__doc__
+    destroy_process_group._npu_migrate_keeps_groups = True  # type: ignore[attr-defined]
+    dist.destroy_process_group = destroy_process_group
+    dist.distributed_c10d.destroy_process_group = destroy_process_group
+
+
 def destroy_distributed() -> None:
     """Tear down the default process group if there is one."""
     if dist.is_available() and dist.is_initialized():
+        _retire_groups()
         dist.destroy_process_group()

@@ -106,6 +106,9 @@ def prepare(local_rank: int, cfg: LaunchConfig, restart: int) -> None:
     _device._clear_caches()  # the fork server may have detected with another environment
     if _device.device_spec().is_accelerator:
         _device.set_device(local_rank)  # bound before any user code runs
+    from npu_migrate.distributed import keep_groups_on_destroy
+
+    keep_groups_on_destroy()  # torch 2.1's gloo can deadlock when a destroyed group is freed
 
 
 def _run_target(local_rank: int, target: Target) -> None:
