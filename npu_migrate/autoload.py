@@ -23,7 +23,6 @@ Entry points (:func:`check_versions`, :func:`explain`) are cheap: nothing here i
 
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import re
 from dataclasses import dataclass
@@ -66,6 +65,8 @@ def enabled() -> bool:
 
 def extensions() -> list[Extension]:
     """Every ``torch.backends`` entry point installed, read from metadata without importing."""
+    import importlib.metadata  # here: `npu-migrate --help` should not pay for it
+
     found = []
     for dist in importlib.metadata.distributions():
         for ep in dist.entry_points:
@@ -113,6 +114,8 @@ def check_versions() -> None:
     """
     if not enabled():
         return
+    import importlib.metadata
+
     try:
         torch_version = importlib.metadata.version("torch")
     except importlib.metadata.PackageNotFoundError:
