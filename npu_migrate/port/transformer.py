@@ -8,8 +8,8 @@ Usage::
 
     module, changes, findings, changed = transform(cst.parse_module(source), RULES, style="npu_migrate")
 
-The transformer knows no API names. It resolves every name with libcst's scope analysis
-(``QualifiedNameProvider``), calls each rule registered for a node's type once the node's
+The transformer knows no API names. Names are resolved through :class:`Context` with libcst's
+scope analysis (``ScopeProvider``, computed on first use), it calls each rule registered for a node's type once the node's
 children are ported, records what each rule changed or found with the original line and column,
 and at the end inserts the helper functions the replacements call, adds the imports they need
 with libcst's ``AddImportsVisitor`` and drops the imports they made unused with
