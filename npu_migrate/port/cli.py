@@ -212,7 +212,7 @@ def port_paths(files: Sequence[tuple[Path, str, str]], style: str, select: Seque
     if jobs <= 1 or python < 2:
         return [_port_job(w) for w in work]
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        return list(pool.map(_port_job, work, chunksize=max(1, len(work) // (jobs * 8))))
+        return list(pool.map(_port_job, work, chunksize=1))  # a few big files must not land in one chunk
 
 
 def _write_atomic(path: Path, data: bytes, like: Optional[Path] = None) -> None:

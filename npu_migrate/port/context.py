@@ -9,9 +9,11 @@ Usage::
             return Hit(ctx.emit("synchronize"))
         return None
 
-Names are resolved with libcst's scope analysis (``QualifiedNameProvider``), so a function-local
-``import torch.cuda as tc``, a parameter called ``torch`` or a shadowing variable resolve the way
-Python resolves them. :meth:`Context.emit` writes a device-neutral operation of
+Names are resolved with libcst's scope analysis (``ScopeProvider`` and its qualified names, the
+same answers ``QualifiedNameProvider`` gives), so a function-local ``import torch.cuda as tc``, a
+parameter called ``torch`` or a shadowing variable resolve the way Python resolves them. The
+analysis runs the first time a matcher asks about a name, and only for the names it asks about;
+matchers look at the syntax first, so most names are never asked about. :meth:`Context.emit` writes a device-neutral operation of
 :data:`npu_migrate.port.targets.TARGETS` in the chosen style; the transformer adds the imports and
 helper functions the written code needs (decided from the emitted syntax trees, never from text).
 """

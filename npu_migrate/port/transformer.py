@@ -8,8 +8,8 @@ Usage::
 
     module, changes, findings, changed = transform(cst.parse_module(source), RULES, style="npu_migrate")
 
-The transformer knows no API names. It resolves every name with libcst's scope analysis
-(``QualifiedNameProvider``), calls each rule registered for a node's type once the node's
+The transformer knows no API names. Names are resolved through :class:`Context` with libcst's
+scope analysis (``ScopeProvider``, computed on first use), it calls each rule registered for a node's type once the node's
 children are ported, records what each rule changed or found with the original line and column,
 and at the end inserts the helper functions the replacements call, adds the imports they need
 with libcst's ``AddImportsVisitor`` and drops the imports they made unused with
@@ -18,6 +18,7 @@ with libcst's ``AddImportsVisitor`` and drops the imports they made unused with
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional, Sequence
@@ -102,6 +103,10 @@ class PortTransformer(cst.CSTTransformer):
         self._deferred: list[tuple[cst.CSTNode, tuple]] = []
         self._stack: list[cst.CSTNode] = ctx.stack
 
+    def _top(self) -> Optional[cst.CSTNode]:
+        """The top-level statement the matched node is in (positions are computed per statement)."""
+        return self._stack[1] if len(self._stack) > 1 else None
+
     # Attribute-level hooks are not used; skipping their dispatch saves a getattr per field.
     def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
         return None
@@ -146,7 +151,8 @@ class PortTransformer(cst.CSTTransformer):
             # Positions are looked up at the end, and only for files where something was found:
             # computing them costs about as much as parsing.
             if hit.replacement is None:
-                finding = (Finding, original_node, rule.code, hit.message or rule.summary, hit.fix or rule.fix)
+                finding = (Finding, original_node, self._top(), rule.code, hit.message or rule.summary,
+                           hit.fix or rule.fix)
                 if rule.code in self.deferred:
                     self._deferred.append((node, finding))
                 else:
@@ -154,7 +160,8 @@ class PortTransformer(cst.CSTTransformer):
                 continue
             before = original_node if node is updated_node else node
             after = hit.replacement if hit.replacement is not node else cst.Module(body=[])
-            self.changes.append((Change, original_node, rule.code, _snippet(before), _snippet(after), hit.message))
+            self.changes.append((Change, original_node, self._top(), rule.code, _snippet(before), _snippet(after),
+                                 hit.message))
             self.changed = True
             node = hit.replacement
             if type(node) is not node_type:
@@ -323,6 +330,58 @@ def _finish_imports(original: cst.Module, module: cst.Module, ctx: Context) -> c
     return module
 
 
+def _statement_lines(module: cst.Module, source: str) -> Optional[list[int]]:
+    """The first line of each top-level statement of ``module``, from Python's own (fast) parser."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    body, lines, i = tree.body, [], 0
+    for stmt in module.body:
+        if i >= len(body):
+            return None
+        node = body[i]
+        decorators = getattr(node, "decorator_list", None)
+        lines.append(decorators[0].lineno if decorators else node.lineno)
+        i += len(stmt.body) if isinstance(stmt, cst.SimpleStatementLine) else 1
+    return lines if i == len(body) else None
+
+
+def _locator(module: cst.Module, wrapper: MetadataWrapper, source: Optional[str]) -> Any:
+    """``(node, top-level statement) -> (line, column)`` in the input.
+
+    libcst's PositionProvider generates the code of the whole module to count positions, which
+    costs about as much as parsing it. Only the statements that hold a change or finding are
+    measured here, each on its own, and placed with the statement lines of Python's ``ast``; the
+    whole-module provider is the fallback.
+    """
+    starts = _statement_lines(module, source) if source is not None else None
+    index = {id(stmt): i for i, stmt in enumerate(module.body)}
+    cache: dict[int, tuple[Any, int]] = {}
+    whole: list[Any] = []
+
+    def fallback(node: cst.CSTNode) -> tuple[int, int]:
+        if not whole:
+            whole.append(wrapper.resolve(PositionProvider))
+        start = whole[0][node].start
+        return start.line, start.column + 1
+
+    def locate(node: cst.CSTNode, top: Optional[cst.CSTNode]) -> tuple[int, int]:
+        if starts is None or top is None or id(top) not in index:
+            return fallback(node)
+        entry = cache.get(id(top))
+        if entry is None:
+            positions = MetadataWrapper(cst.Module(body=[top]), unsafe_skip_copy=True).resolve(PositionProvider)
+            decorators = getattr(top, "decorators", None)
+            first = decorators[0] if decorators else top  # ast's line of a decorated definition
+            entry = cache[id(top)] = (positions, starts[index[id(top)]] - positions[first].start.line)
+        positions, offset = entry
+        start = positions[node].start
+        return start.line + offset, start.column + 1
+
+    return locate
+
+
 def _deferred_findings(transformer: PortTransformer, module: cst.Module) -> None:
     if not transformer._deferred:
         return
@@ -372,12 +431,12 @@ def transform(
     changes: list[Change] = []
     findings: list[Finding] = []
     if transformer.changes or transformer.findings:
-        positions = wrapper.resolve(PositionProvider)
+        locate = _locator(module, wrapper, source)
 
         def place(record: tuple) -> Any:
-            cls, node, code, *rest = record
-            start = positions[node].start
-            return cls(code, start.line, start.column + 1, *rest)
+            cls, node, top, code, *rest = record
+            line, col = locate(node, top)
+            return cls(code, line, col, *rest)
 
         changes = sorted(map(place, transformer.changes), key=lambda c: (c.line, c.col, c.code))
         findings = list(map(place, transformer.findings))

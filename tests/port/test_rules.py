@@ -208,3 +208,14 @@ def test_json_report_has_every_change_and_finding() -> None:
                                     "cell": None}
     assert data["totals"]["changes_by_rule"] == {"NM001": 1, "NM004": 1, "NM006": 1}
     assert data["totals"]["failed"] == 1
+
+
+def test_positions_are_right_in_decorated_compound_and_semicolon_statements() -> None:
+    """Positions are measured per statement and placed by Python's parser; check the tricky shapes."""
+    src = ('#!/usr/bin/env python\n# header\nimport torch\n\n\n@decorator\n# between\n@other(1)\ndef f(x):\n'
+           '    """Doc."""\n    return x.cuda()\n\n\nclass C:\n    y = "cuda:0" == z\n\n\n'
+           'a = 1; b = torch.zeros(1).cuda()\nif a:\n    pass\nelse:\n    c = x.is_cuda\n')
+    result = port_source(src)
+    assert [(c.code, c.line, c.col) for c in result.changes] == [
+        ("NM001", 11, 12), ("NM001", 18, 12), ("NM009", 22, 9)]
+    assert [(f.code, f.line, f.col) for f in result.findings] == [("NM109", 15, 9)]

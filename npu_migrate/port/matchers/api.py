@@ -69,7 +69,13 @@ def _accepts_args(op: str, style: str) -> bool:
 def _candidate(func: cst.BaseExpression, last_names: frozenset[str]) -> bool:
     """A cheap look before any scope question: the callee's text names a device API."""
     text = dotted(func)
-    return text is not None and ("cuda" in text or "npu" in text or text.rpartition(".")[2] in last_names)
+    return text is not None and (_names_device_module(text) or text.rpartition(".")[2] in last_names)
+
+
+def _names_device_module(text: str) -> bool:
+    """``torch.cuda.x``, ``tc.cuda``, ``torch_npu.npu.x``: a part of the dotted name is the module."""
+    parts = text.split(".")
+    return "cuda" in parts or "npu" in parts or parts[0] == "torch_npu"
 
 
 _MAPPED_LAST = frozenset(api.name.rpartition(".")[2] for api in CUDA_API.values() if api.kind == "mapped")
@@ -140,7 +146,7 @@ def match_unmapped(node: cst.CSTNode, ctx: Context) -> Optional[Hit]:
     if ctx.in_import:
         return None
     text = dotted(node)
-    if text is None or not ("cuda" in text or "npu" in text):
+    if text is None or not _names_device_module(text):
         return None
     qual = ctx.qualname(node)
     if qual is None or ctx.binding(node) != "import":

@@ -53,7 +53,7 @@ def match_map_location(node: cst.CSTNode, ctx: Context) -> Optional[Hit]:
     """NM008."""
     assert isinstance(node, cst.Call)
     i = keyword_index(node, "map_location")
-    if i is None and (dotted(node.func) or "").endswith("load") and ctx.qualname(node.func) == "torch.load":
+    if i is None and (dotted(node.func) or "").rpartition(".")[2] == "load" and ctx.qualname(node.func) == "torch.load":
         pos = positional(node)
         i = pos[1] if len(pos) > 1 else None
     if i is None:

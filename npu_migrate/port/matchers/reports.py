@@ -40,15 +40,15 @@ def _bound_names(node: cst.CSTNode, prefixes: tuple[str, ...]) -> set[str]:
     if isinstance(node, cst.Import):
         for alias in node.names:
             full = dotted(alias.name) or ""
-            if any(full == p or full.startswith(p + ".") or p.startswith(full + ".") for p in prefixes):
-                out.add(alias.evaluated_alias or full.split(".")[0])
+            if alias.asname is not None and any(full == p or full.startswith(p + ".") for p in prefixes):
+                out.add(alias.evaluated_alias)  # import cupy as cp: cp is cupy
     elif isinstance(node, cst.ImportFrom) and not node.relative and node.module is not None \
             and not isinstance(node.names, cst.ImportStar):
         module = dotted(node.module) or ""
         for alias in node.names:
             full = f"{module}.{alias.evaluated_name}"
-            if any(full == p or full.startswith(p + ".") or p.startswith(full + ".") for p in prefixes):
-                out.add(alias.evaluated_alias or alias.evaluated_name)
+            if any(full == p or full.startswith(p + ".") for p in prefixes):
+                out.add(alias.evaluated_alias or alias.evaluated_name)  # from apex import amp: amp is apex.amp
     return out
 
 
