@@ -24,8 +24,6 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Optional, Sequence
 
 import libcst as cst
-from libcst.codemod import CodemodContext
-from libcst.codemod.visitors import AddImportsVisitor, ImportItem, RemoveImportsVisitor
 from libcst.metadata import MetadataWrapper, PositionProvider, ScopeProvider
 
 from npu_migrate.port.context import Context, Hit, NoEquivalent, Rule, dotted, plain_imports
@@ -305,6 +303,11 @@ class _ImportsOf(cst.CSTVisitor):
 
 def _finish_imports(original: cst.Module, module: cst.Module, ctx: Context) -> cst.Module:
     """Add the imports the new code needs and drop those it made unused, with libcst's codemod visitors."""
+    # Imported here: libcst.codemod pulls in libcst.matchers, the largest part of libcst's import
+    # time, which `port --list-rules` and files with nothing to port never need.
+    from libcst.codemod import CodemodContext
+    from libcst.codemod.visitors import AddImportsVisitor, ImportItem, RemoveImportsVisitor
+
     removals: list[tuple[str, Optional[str], Optional[str]]] = []
     nodes = list(ctx.dropped_imports)
     if ctx.rewritten_heads:
