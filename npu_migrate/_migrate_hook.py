@@ -1,13 +1,12 @@
 """Arms runtime migration in a new interpreter, without importing torch before the script does.
 
-Imported by ``npu_migrate/_bootstrap/sitecustomize.py`` when ``NPU_MIGRATE_MIGRATE=1``. It puts
-a finder on ``sys.meta_path`` that lets torch import as usual and installs the migration the
-moment ``torch/__init__.py`` has finished. Processes that never import torch pay nothing.
+Imported by ``npu_migrate/_bootstrap/sitecustomize.py`` when ``NPU_MIGRATE_MIGRATE=1``. It
+installs the migration the moment ``torch/__init__.py`` has finished
+(:mod:`npu_migrate._torch_hook`). Processes that never import torch pay nothing.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 from typing import Any
@@ -48,34 +47,10 @@ def _activate() -> None:
         print(f"npu_migrate: runtime migration could not be installed: {exc}", file=sys.stderr)
 
 
-class _TorchFinder:
-    """A meta-path finder that only watches for ``torch`` and then steps aside."""
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        if name != "torch":
-            return None
-        try:
-            sys.meta_path.remove(self)
-        except ValueError:
-            pass
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        exec_module = spec.loader.exec_module
-
-        def exec_then_migrate(module: Any) -> None:
-            exec_module(module)
-            _activate()
-
-        spec.loader.exec_module = exec_then_migrate  # type: ignore[method-assign]
-        return spec
-
-
 def arm() -> None:
     """Install migration when torch is imported (now, if it already is)."""
     if os.environ.get(ENV_MIGRATE) != "1":
         return
-    if "torch" in sys.modules:
-        _activate()
-    elif not any(isinstance(f, _TorchFinder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _TorchFinder())
+    from npu_migrate._torch_hook import after_torch_import
+
+    after_torch_import(_activate)

@@ -1,0 +1,63 @@
+"""Runs callbacks the moment ``import torch`` finishes, in a process that has not imported torch yet.
+
+Usage::
+
+    from npu_migrate._torch_hook import after_torch_import
+
+    after_torch_import(install_migration)   # now, if torch is already imported
+
+Runtime migration (:mod:`npu_migrate._migrate_hook`) and the ``--probe`` recording
+(:mod:`npu_migrate.compare._hook`) both arm themselves this way from the bootstrap
+``sitecustomize``. One finder on ``sys.meta_path`` watches for ``torch`` only, lets it import as
+usual, runs the callbacks in the order they were added once ``torch/__init__.py`` has run, and
+steps aside. Processes that never import torch pay nothing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from typing import Any, Callable
+
+_CALLBACKS: list[Callable[[], None]] = []
+
+
+def _run_callbacks() -> None:
+    while _CALLBACKS:
+        _CALLBACKS.pop(0)()
+
+
+class _TorchFinder:
+    """A meta-path finder that only watches for ``torch`` and then steps aside."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != "torch":
+            return None
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:
+            pass
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def exec_then_run(module: Any) -> None:
+            exec_module(module)
+            _run_callbacks()
+
+        spec.loader.exec_module = exec_then_run  # type: ignore[method-assign]
+        return spec
+
+
+def after_torch_import(callback: Callable[[], None]) -> None:
+    """Call ``callback`` once torch is imported: now if it is, else right after ``import torch``.
+
+    ``callback`` must not raise: it runs inside the user's ``import torch``.
+    """
+    if "torch" in sys.modules:
+        callback()
+        return
+    _CALLBACKS.append(callback)
+    if not any(isinstance(f, _TorchFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _TorchFinder())
