@@ -76,7 +76,7 @@ def run_one(code: str, name: str) -> dict[str, str]:
     old = os.getcwd()
     env = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
            "MASTER_PORT": _free_port(), "GLOO_SOCKET_IFNAME": "lo"}
-    saved = {k: os.environ.get(k) for k in env}
+    saved = dict(os.environ)  # the fixture's own code may set variables too (CUDA_VISIBLE_DEVICES...)
     with tempfile.TemporaryDirectory() as scratch:
         os.chdir(scratch)
         os.environ.update(env)
@@ -98,11 +98,8 @@ def run_one(code: str, name: str) -> dict[str, str]:
             if dist.is_available() and dist.is_initialized():
                 dist.destroy_process_group()
             os.chdir(old)
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+            os.environ.clear()
+            os.environ.update(saved)
     if expected and result["status"] == "ok" and not optional:
         result = {"status": "failed", "error": f"expected {expected.group(2)}, but it ran"}
     elif not expected and result["status"] == "raised":
