@@ -73,6 +73,20 @@ def _command_in(argv: list[str]) -> Command | None:
     return None
 
 
+def _device_in(argv: list[str]) -> str | None:
+    """The ``--device`` value in ``argv`` (before the script's own arguments), read ahead of argparse."""
+    for i, word in enumerate(argv):
+        if word == "--":
+            break
+        if word == "--device" and i + 1 < len(argv):
+            return argv[i + 1]
+        if word.startswith("--device="):
+            return word.partition("=")[2]
+        if word.endswith(".py"):  # the script: what follows is its own
+            break
+    return None
+
+
 def build_parser(command: Command | None = None) -> argparse.ArgumentParser:
     """Return the root parser; only ``command``'s module is imported to add its arguments.
 
@@ -117,11 +131,12 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = _command_in(argv)
     try:
+        if command is not None and command.needs_torch:
+            # Before the command's module is imported: some import torch (npu_migrate.migrate).
+            autoload.disable_unless_needed(_device_in(argv))
+            autoload.check_versions()
         args = build_parser(command).parse_args(argv)
         setup_logging(logging.DEBUG if args.verbose else logging.WARNING, names=("npu_migrate",))
-        if command is not None and command.needs_torch:
-            autoload.disable_unless_needed(getattr(args, "device", None))
-            autoload.check_versions()
         return int(args.func(args) or 0)
     except NpuMigrateError as exc:
         print(f"npu-migrate: error: {exc}", file=sys.stderr)
