@@ -195,7 +195,10 @@ def init_distributed(
 # last reference dies mid-program (after destroy_process_group, once DDP lets go of it as the
 # script's main() returns) then deadlocks the process on its way out: seen in about 1 run in 4 of a
 # 2-rank gloo job on torch 2.1.2, never on 2.14. Groups are kept here instead, until the process
-# ends, on the torch releases where this was seen or may be.
+# ends, on the torch releases where this was seen or may be, in the launcher's workers only: they
+# leave with os._exit, so no destructor runs at all. A plain process (torchrun's worker) that kept
+# them would destroy them during interpreter finalization instead, where gloo's threads abort
+# ("terminate called without an active exception").
 _RETIRED: list[Any] = []
 _RETIRE_BEFORE = (2, 5)
 
@@ -233,5 +236,4 @@ def keep_groups_on_destroy() -> None:
 def destroy_distributed() -> None:
     """Tear down the default process group if there is one."""
     if dist.is_available() and dist.is_initialized():
-        _retire_groups()
         dist.destroy_process_group()

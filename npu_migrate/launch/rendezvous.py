@@ -588,12 +588,13 @@ class Rendezvous:
     def close(self) -> None:
         """Stop the heartbeat and give this node rank back (a relaunch on this host may claim it).
 
-        Node 0 first serves the store a little longer (at most two heartbeats) after telling the
-        others that the job ends, so they read why instead of finding the store gone.
+        Node 0 first serves the store a little longer after telling the others that the job ends,
+        so they read why instead of finding the store gone: until every other node has read it, or
+        for half the node timeout at most (a busy node polls late; a lost one never reads).
         """
         if self.cfg.node_rank == 0 and self._told is not None and self.store is not None:
             key, since = self._told
-            deadline = since + min(4.0, 2 * self._interval + 0.5)
+            deadline = since + max(4.0, 2 * self._interval + 0.5, self.cfg.node_timeout / 2)
             others = self.cfg.nnodes - 1
 
             def linger() -> None:
