@@ -14,7 +14,7 @@ CPU, so the ported script runs wherever it is started.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import libcst as cst
 
@@ -81,8 +81,8 @@ def _names_device_module(text: str) -> bool:
 _MAPPED_LAST = frozenset(api.name.rpartition(".")[2] for api in CUDA_API.values() if api.kind == "mapped")
 
 
-def match_api(node: cst.CSTNode, ctx: Context, families: tuple[str, ...] = ("cuda",)) -> Optional[Hit]:
-    """NM004 (``torch.cuda.*``) and NM021 (``torch.npu.*``, ``torch_npu.npu.*``) calls."""
+def _mapped_call(node: cst.CSTNode, ctx: Context, families: tuple[str, ...]) -> Optional[tuple[str, Any]]:
+    """The qualified name and table row of the imported, mapped CUDA/NPU API ``node`` calls, or None."""
     assert isinstance(node, cst.Call)
     if not _candidate(node.func, _MAPPED_LAST):
         return None
@@ -92,8 +92,17 @@ def match_api(node: cst.CSTNode, ctx: Context, families: tuple[str, ...] = ("cud
     if _family_of(qual) not in families:
         return None
     api = classify(qual)
-    if api is None or api.kind != "mapped" or api.op is None or api.name.startswith("amp."):
+    if api is None or api.kind != "mapped" or api.op is None:
         return None
+    return qual, api
+
+
+def match_api(node: cst.CSTNode, ctx: Context, families: tuple[str, ...] = ("cuda",)) -> Optional[Hit]:
+    """NM004 (``torch.cuda.*``) and NM021 (``torch.npu.*``, ``torch_npu.npu.*``) calls."""
+    found = _mapped_call(node, ctx, families)
+    if found is None or found[1].name.startswith("amp."):
+        return None
+    qual, api = found
     op = api.op
     args = list(node.args)
     message = api.note
@@ -123,17 +132,10 @@ def match_cuda_api(node: cst.CSTNode, ctx: Context) -> Optional[Hit]:
 
 def match_amp(node: cst.CSTNode, ctx: Context, families: tuple[str, ...] = ("cuda",)) -> Optional[Hit]:
     """NM005: ``torch.cuda.amp.autocast(...)`` and ``torch.cuda.amp.GradScaler(...)``."""
-    assert isinstance(node, cst.Call)
-    if not _candidate(node.func, _MAPPED_LAST):
+    found = _mapped_call(node, ctx, families)
+    if found is None or not found[1].name.startswith("amp."):
         return None
-    qual = ctx.qualname(node.func)
-    if qual is None or ctx.binding(node.func) != "import" or normalize(qual) is None:
-        return None
-    if _family_of(qual) not in families:
-        return None
-    api = classify(qual)
-    if api is None or api.kind != "mapped" or not api.name.startswith("amp.") or api.op is None:
-        return None
+    qual, api = found
     args = to_keywords(node, api.params)
     if args is None:
         return Hit(None, f"{qual}(*args) cannot be rewritten", "pass the arguments by keyword")
