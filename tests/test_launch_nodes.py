@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
 
 from launch_support import JOB, Launch, one_line_errors, reports, wait_for_files
 from test_launch_signals import two_free_ports
@@ -18,11 +17,6 @@ def launcher(tmp: Path, rank: int, port: int, *extra: str, nnodes: str = "2", np
     return Launch(tmp, *args, name=name or f"node{rank}")
 
 
-@pytest.mark.xfail(
-    tuple(int(p) for p in torch.__version__.split(".")[:2]) < (2, 2), strict=False,
-    reason="known gap on torch 2.1: node 1 loses node 0's store (Broken pipe) before it reads the "
-           "duplicate-rank reason, so it ends with exit 1 and one line, but names node 0 as lost",
-)
 def test_a_duplicate_node_rank_ends_a_forming_job_everywhere(tmp_path: Path) -> None:
     port = two_free_ports()
     # Three nodes expected; two launchers claim node rank 1 and node 2 never comes.

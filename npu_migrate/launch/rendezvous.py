@@ -175,7 +175,7 @@ class Rendezvous:
         self._watching = False
         self._interval = max(0.2, min(2.0, cfg.node_timeout / 10))
         self._seen_sent: set[str] = set()
-        self._told: tuple[str, float] | None = None  # (seen key, when) of the last end we published
+        self._told: tuple[str, float] | None = None  # (seen key, when) of the job's end, published or read
 
     # -- store helpers
 
@@ -343,6 +343,9 @@ class Rendezvous:
                         self._abort = abort
                     if fail:
                         self._fail[gen] = fail
+                    if self.cfg.node_rank == 0 and self._told is None and (abort or fail):
+                        # Another node ended the job: node 0 serves the store until the rest read why too.
+                        self._told = ("seen/abort" if abort else f"seen/{gen}", time.monotonic())
                 counters = {k: store.add(self._key(f"alive/{m.owner}"), 0) for k, m in members.items()}
                 # Tell node 0 we read it: it keeps serving the store until every node has.
                 for seen, value in (("seen/abort", abort), (f"seen/{gen}", fail)):
