@@ -24,18 +24,20 @@ collective, and hang detection stays quiet for it.
 
 **Where.** A fixed-size file per rank in the launcher's run directory, mapped into the worker
 (``mmap``): a call updates it with ``struct.pack_into`` into shared memory, no system call, and the
-launcher reads it with one ``pread``. Layout, little-endian (``version`` 1):
+launcher reads it with ``pread`` twice and keeps it when both reads agree (a record is never
+half-written for long: entering is one ``pack_into``, leaving another). Layout, little-endian (``version`` 1):
 
 ============ ======= ==================================================================
 offset       format  field
 ============ ======= ==================================================================
 0            4s I    magic ``NMFR``, version
 8            i I     rank, pid
-16           I       update counter: odd while the worker writes, even when the record is whole
+16           I       update counter (one more per write)
 20           I       1 while in a collective, else 0
-24           Q       collectives entered so far (the progress counter)
-32           Q       sequence number of the current/last collective in its group
-40           d d     entered at, ended at (``time.time()``; ended at is 0 while in it)
+24           d       ended at (``time.time()``; 0 while in the collective)
+32           Q       collectives entered so far (the progress counter)
+40           Q       sequence number of the current/last collective in its group
+48           d       entered at (``time.time()``)
 56           32s     op name (``all_reduce``), NUL-padded
 88           64s     group (``world`` or ``ranks 0,2``), NUL-padded
 152          d       heartbeat: ``time.time()`` written by a daemon thread every second
@@ -57,9 +59,9 @@ from typing import Any, Callable
 MAGIC = b"NMFR"
 VERSION = 1
 _HEAD = struct.Struct("<4sIiI")
-_BODY = struct.Struct("<IIQQdd32s64s")
+_BODY = struct.Struct("<IIdQQd32s64s")
 _BODY_AT = _HEAD.size
-_COUNTER = struct.Struct("<I")
+_LEAVE = struct.Struct("<IId")  # counter, state, ended: the body's first fields
 _BEAT = struct.Struct("<d")
 _BEAT_AT = _BODY_AT + _BODY.size
 SIZE = _BEAT_AT + _BEAT.size
@@ -133,7 +135,7 @@ def read(path: str) -> FlightState | None:
             for _ in range(20):
                 first = os.pread(fh.fileno(), SIZE, 0)
                 second = os.pread(fh.fileno(), SIZE, 0)
-                if len(first) == SIZE and first == second and _COUNTER.unpack_from(first, _BODY_AT)[0] % 2 == 0:
+                if len(first) == SIZE and first == second:
                     return _parse(first)
     except OSError:
         return None
@@ -144,7 +146,7 @@ def _parse(data: bytes) -> FlightState | None:
     magic, version, rank, pid = _HEAD.unpack_from(data, 0)
     if magic != MAGIC or version != VERSION:
         return None
-    _, state, count, seq, entered, ended, op, group = _BODY.unpack_from(data, _BODY_AT)
+    _, state, ended, count, seq, entered, op, group = _BODY.unpack_from(data, _BODY_AT)
     (beat,) = _BEAT.unpack_from(data, _BEAT_AT)
     return FlightState(rank, pid, bool(state), count, seq, op.rstrip(b"\0").decode(errors="replace"),
                        group.rstrip(b"\0").decode(errors="replace"), entered, ended, beat)
@@ -166,16 +168,8 @@ class FlightRecord:
         self._depth = 0
         self._seqs: dict[Any, int] = {}
         self._groups: dict[int, tuple[Any, bytes]] = {}
-        self._current: tuple[int, bytes, bytes, float] = (0, b"", b"", 0.0)
-        self._write(False, 0.0)
+        _BODY.pack_into(self._map, _BODY_AT, 0, 0, 0.0, 0, 0, 0.0, b"", b"")
         self.beat()
-
-    def _write(self, inside: bool, ended: float) -> None:
-        seq, op, group, entered = self._current
-        self._updates += 1  # odd: a reader retries
-        _BODY.pack_into(self._map, _BODY_AT, self._updates, int(inside), self._count, seq, entered, ended, op, group)
-        self._updates += 1
-        _COUNTER.pack_into(self._map, _BODY_AT, self._updates)
 
     def beat(self) -> None:
         _BEAT.pack_into(self._map, _BEAT_AT, time.time())
@@ -189,14 +183,15 @@ class FlightRecord:
         seq = self._seqs.get(key, 0) + 1
         self._seqs[key] = seq
         self._count += 1
-        self._current = (seq, op, label, time.time())
-        self._write(True, 0.0)
+        self._updates += 1
+        _BODY.pack_into(self._map, _BODY_AT, self._updates, 1, 0.0, self._count, seq, time.time(), op, label)
         return True
 
     def leave(self, recorded: bool) -> None:
         self._depth -= 1
         if recorded:
-            self._write(False, time.time())
+            self._updates += 1
+            _LEAVE.pack_into(self._map, _BODY_AT, self._updates, 0, time.time())
 
     def _group(self, group: Any) -> tuple[Any, bytes]:
         if group is None:
