@@ -81,6 +81,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Write a JSON report of every rank's exit status, signal, traceback, first failure "
                              "and hang to FILE when the job ends (also report-node{K}.json in --log-dir). "
                              "`kill -USR1 <launcher pid>` or `npu-migrate stacks PID` prints every rank's stack.")
+    parser.add_argument("--preflight", action=argparse.BooleanOptionalAction, default=None,
+                        help="Before the script, all-reduce once on the job's backend across every rank and "
+                             "name the rank, host or interface that cannot be reached (default: off; it costs "
+                             "one more start of the ranks' processes and a group join).")
     parser.add_argument("--migrate", action="store_true",
                         help="Runtime migration: the script's CUDA calls go to the chosen device (npu, or cpu for tests).")
     parser.add_argument("--migrate-report", dest="migrate_report", default=None,
@@ -144,7 +148,8 @@ def run(args: argparse.Namespace) -> int:
                           args.log_dir, args.max_restarts, args.join_timeout,
                           before_device=None if args.dry_run else lambda: methods.append(start_fork_server()),
                           job_id=args.job_id, node_timeout=args.node_timeout, identity=target.identity(),
-                          hang_timeout=args.hang_timeout, hang_action=args.hang_action, error_file=args.error_file)
+                          hang_timeout=args.hang_timeout, hang_action=args.hang_action, error_file=args.error_file,
+                          preflight=args.preflight)
     except NpuMigrateError:
         stop_fork_server()
         raise

@@ -60,6 +60,7 @@ class LaunchConfig:
             :mod:`.watchdog` for the default).
         hang_action: ``"end"`` the job on a hang (exit 1), or only ``"report"`` it.
         error_file: where to write the JSON report of every rank's exit (``--error-file``).
+        preflight: run a short all-reduce on the backend before the script (:mod:`.preflight`).
     """
 
     nproc: int
@@ -81,6 +82,7 @@ class LaunchConfig:
     hang_timeout: float = 0.0
     hang_action: str = "end"
     error_file: str | None = None
+    preflight: bool = False
 
     @property
     def world_size(self) -> int:
@@ -266,6 +268,7 @@ def make_config(
     hang_timeout: float | None = None,
     hang_action: str = "end",
     error_file: str | None = None,
+    preflight: bool | None = None,
 ) -> LaunchConfig:
     """Check the launcher's input and fill in what is missing; start nothing.
 
@@ -282,6 +285,7 @@ def make_config(
             for the world size, :func:`npu_migrate.launch.watchdog.effective_timeout`; 0: off).
         hang_action: ``"end"`` or ``"report"``.
         error_file: the JSON report's path (``--error-file``).
+        preflight: the pre-flight all-reduce (None: off; see :mod:`.preflight` for why).
 
     Raises:
         LaunchUsageError: input that cannot work, as one line.
@@ -329,7 +333,7 @@ def make_config(
         job_id=job_id or default_job_id(plain["addr"], plain["port"], identity, environ),
         node_timeout=node_timeout, net_env=tuple(sorted(net_env.items())), net_note=net_note,
         hang_timeout=effective_timeout(hang_timeout, plain["nnodes"] * nproc), hang_action=hang_action,
-        error_file=os.path.abspath(error_file) if error_file else None, **plain,
+        error_file=os.path.abspath(error_file) if error_file else None, preflight=bool(preflight), **plain,
     )
 
 

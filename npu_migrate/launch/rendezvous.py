@@ -663,6 +663,13 @@ class Rendezvous:
             self._quietly(linger, max(0.0, deadline - time.monotonic()))
             logger.info("served the store until %s nodes read %s (or for %.1f s)", others, key, deadline - since)
         self._stop.set()
+        if self._handler is not None:
+            # Stop torch's keep-alive timer here, from this thread: were the handler freed while
+            # the timer's own thread runs, its finalizer would join that thread from itself and
+            # print "RuntimeError: cannot join current thread" at exit.
+            stop = getattr(self._handler, "_stop_heartbeats", None)
+            if stop is not None:
+                self._quietly(stop, 2.0)
         if self._claimed and self.store is not None:
             key = self._key(f"claim/{self.cfg.node_rank}")
             mine = json.dumps({"owner": self.owner, "host": self.host, "pid": os.getpid()})

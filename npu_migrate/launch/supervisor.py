@@ -415,6 +415,23 @@ class Job:
                     return 1
                 hosts = ", ".join(f"{k}: {m.host}" for k, m in sorted(rnd.members.items()))
                 say(f"all {cfg.nnodes} nodes joined (nodes {hosts})" + (f"; restart {attempt}" if attempt else ""))
+            if cfg.preflight:
+                self.phase = "checking the backend (--preflight)"
+                logger.info("node %s: %s", cfg.node_rank, self.phase)
+                from npu_migrate.launch.preflight import run_preflight
+
+                try:
+                    problem = run_preflight(cfg, self.start_method, self.error_dir, self.signals,
+                                            also=rdzv._raise_event if rdzv is not None else (lambda: None))
+                except JobEvent as exc:
+                    say(f"error: {exc.event.message}")
+                    return 1
+                if problem is not None:
+                    self._outcome, self._first_record = "preflight", {"kind": "preflight", "message": problem}
+                    if rdzv is not None:
+                        rdzv.abort(f"node {cfg.node_rank}: {problem}")
+                    say(f"error: {problem}")
+                    return 1
             self.phase = "running"
             logger.info("node %s: %s", cfg.node_rank, self.phase)
             procs = self._start(attempt)
