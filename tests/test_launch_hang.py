@@ -108,8 +108,9 @@ def test_report_only_keeps_the_job_running_and_stacks_come_on_demand(tmp_path: P
 ], ids=["crash", "sigkill"])
 def test_the_error_file_records_every_rank(tmp_path: Path, args: list[str], first: dict) -> None:
     error_file, logs = tmp_path / "error.json", tmp_path / "logs"
+    # --preflight passes here: the script still runs (and fails as it should).
     job = Launch(tmp_path, "--device-num", "2", "--error-file", str(error_file), "--log-dir", str(logs),
-                 str(HANG_JOB), *args)
+                 "--preflight", str(HANG_JOB), *args)
     assert job.wait() == 1, job.err
     report = json.loads(error_file.read_text())
     assert report == json.loads((logs / "report-node0.json").read_text())
@@ -164,6 +165,23 @@ def test_two_nodes_agree_on_the_first_failure(tmp_path: Path) -> None:
     reports = [json.loads((tmp_path / f"error{n}.json").read_text()) for n in (0, 1)]
     assert all(r["first_failure"]["rank"] == 1 and r["outcome"] == "failed" for r in reports)
     assert reports[1]["ranks"][0]["first_failure"] and not reports[0]["ranks"][0]["first_failure"]
+
+
+def test_preflight_names_the_rank_and_interface_that_cannot_work(tmp_path: Path) -> None:
+    port = two_free_ports()
+    nodes = [Launch(tmp_path, "--nnodes", "2", "--node-rank", str(n), "--device-num", "1", "--addr", "127.0.0.1",
+                    "--port", str(port), "--node-timeout", "5", "--preflight", str(HANG_JOB), name=f"node{n}",
+                    GLOO_SOCKET_IFNAME="nosuch0" if n else "lo") for n in (0, 1)]
+    assert [n.wait() for n in nodes] == [1, 1], nodes[0].err + nodes[1].err
+    line = ("preflight: the gloo all-reduce failed on rank 1 (host {host}, interface nosuch0): RuntimeError: Unable "
+            "to find address for: nosuch0; hint: gloo could not use the network interface: set GLOO_SOCKET_IFNAME")
+    import socket
+
+    assert nodes[1].err.strip().splitlines()[-1].startswith(f"npu-migrate launch: error: {line.format(host=socket.gethostname())}")
+    assert f"error: node 1: {line.format(host=socket.gethostname())}" in nodes[0].err
+    for n in nodes:
+        assert "Traceback" not in n.err
+    assert not list(tmp_path.glob("at-end*"))  # the script never started
 
 
 # --------------------------------------------------------------------------- without processes
