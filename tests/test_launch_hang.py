@@ -140,9 +140,22 @@ def two_nodes(tmp: Path, *extra: str, job: tuple[str, ...]) -> list[Launch]:
                    *extra, str(HANG_JOB), *job, name=f"node{n}") for n in (0, 1)]
 
 
+def wait_all(nodes: list[Launch]) -> list[int]:
+    """Every launcher's exit code; on a launcher that does not end, every launcher's output."""
+    codes = []
+    for n in nodes:
+        try:
+            codes.append(n.wait())
+        except AssertionError:
+            for other in nodes:
+                other.proc.kill()
+            raise AssertionError("\n".join(f"{o.name}:\n{o.err}" for o in nodes)) from None
+    return codes
+
+
 def test_two_nodes_each_show_their_stacks_and_node_0_says_who_is_behind(tmp_path: Path) -> None:
     nodes = two_nodes(tmp_path, "--hang-timeout", "5", job=("--skip", "1"))
-    assert [n.wait() for n in nodes] == [1, 1], nodes[0].err + nodes[1].err
+    assert wait_all(nodes) == [1, 1], nodes[0].err + nodes[1].err
     err0, err1 = nodes[0].err, nodes[1].err
     summary = "rank 1 is not in a collective (last: all_reduce #3 ended "
     assert f"hang: {summary}" in err0 and "; rank 0 is in all_reduce #4 since" in err0
@@ -159,7 +172,7 @@ def test_two_nodes_each_show_their_stacks_and_node_0_says_who_is_behind(tmp_path
 
 def test_two_nodes_agree_on_the_first_failure(tmp_path: Path) -> None:
     nodes = two_nodes(tmp_path, job=("--crash", "1"))
-    assert [n.wait() for n in nodes] == [1, 1], nodes[0].err + nodes[1].err
+    assert wait_all(nodes) == [1, 1], nodes[0].err + nodes[1].err
     for n in nodes:
         assert "rank 1 (local rank 0 on node 1" in n.err and "failed: RuntimeError: crash on rank 1" in n.err
     reports = [json.loads((tmp_path / f"error{n}.json").read_text()) for n in (0, 1)]
@@ -172,7 +185,7 @@ def test_preflight_names_the_rank_and_interface_that_cannot_work(tmp_path: Path)
     nodes = [Launch(tmp_path, "--nnodes", "2", "--node-rank", str(n), "--device-num", "1", "--addr", "127.0.0.1",
                     "--port", str(port), "--node-timeout", "5", "--preflight", str(HANG_JOB), name=f"node{n}",
                     GLOO_SOCKET_IFNAME="nosuch0" if n else "lo") for n in (0, 1)]
-    assert [n.wait() for n in nodes] == [1, 1], nodes[0].err + nodes[1].err
+    assert wait_all(nodes) == [1, 1], nodes[0].err + nodes[1].err
     line = ("preflight: the gloo all-reduce failed on rank 1 (host {host}, interface nosuch0): RuntimeError: Unable "
             "to find address for: nosuch0; hint: gloo could not use the network interface: set GLOO_SOCKET_IFNAME")
     import socket

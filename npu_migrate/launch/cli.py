@@ -104,11 +104,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def build_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     """Add ``launch`` to ``subparsers`` (or make the stand-alone parser)."""
     description = "Start one process per device on this node; all of them end when one fails."
+    # No abbreviations: argparse classifies every word, the script's own arguments included, and
+    # a script flag that abbreviates launcher flags (`--hang` for --hang-timeout/--hang-action)
+    # would be refused as ambiguous instead of reaching the script.
     if subparsers is None:
-        parser = OneLineParser(prog="python -m npu_migrate.launch", description=description)
+        parser = OneLineParser(prog="python -m npu_migrate.launch", description=description, allow_abbrev=False)
     else:
         parser = subparsers.add_parser("launch", help="Run a training script on every device.",
-                                       description=description)
+                                       description=description, allow_abbrev=False)
     add_arguments(parser)
     parser.set_defaults(func=run)
     return parser

@@ -16,6 +16,11 @@ One job, in phases, each answering SIGINT/SIGTERM within 5 s (exit 130/143):
 3. *restarting* with ``--max-restarts``: the whole job, every node, again from phase 1's round;
 4. *tearing down*: every worker reaped, the fork server ended, the node rank given back.
 
+While ranks run, the supervisor reads their flight records (:mod:`.flight`) twice a second for
+hangs (:mod:`.watchdog`, ``--hang-timeout``), serves SIGUSR1 with every rank's stack
+(:mod:`.stacks`), and at the end writes the JSON report (:mod:`.report`, ``--error-file``).
+``--preflight`` all-reduces once before the script (:mod:`.preflight`).
+
 Every error path prints one line per event on the console; with ``--log-dir`` the launcher's own
 details (torch's messages included) go to ``launcher-node{K}.log`` there.
 """
@@ -155,6 +160,7 @@ class Job:
                 os.unlink(os.path.join(self.error_dir, name))
         self._exit_seen = {}
         self._stopped = set()
+        self._dumps_served = self.signals.dumps  # asked while no rank ran: nothing to show
         self.watchdog = Watchdog(self.cfg.hang_timeout,
                                  {self.cfg.rank(i): flight.record_path(self.error_dir, self.cfg.rank(i))
                                   for i in range(self.cfg.nproc)})
