@@ -179,7 +179,7 @@ class FlightRecord:
         self._depth += 1
         if self._depth > 1:
             return False
-        key, label = self._group(group)
+        key, label = ("world", b"world") if group is None else self._group(group)
         seq = self._seqs.get(key, 0) + 1
         self._seqs[key] = seq
         self._count += 1
