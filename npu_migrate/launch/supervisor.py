@@ -35,7 +35,6 @@ import os
 import signal
 import socket
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
