@@ -350,7 +350,10 @@ class Job:
             finally:
                 if self.procs:
                     self._stop(self.procs, signal.SIGKILL, 0)
-                self._write_report(1 if code is None else code)
+                try:
+                    self._write_report(1 if code is None else code)
+                except Exception:  # noqa: BLE001 - the report must not hide why the job ended
+                    logger.exception("could not write the report")
                 if self.rdzv is not None:
                     self.rdzv.close()
                 for name in os.listdir(self.error_dir):
