@@ -14,6 +14,12 @@ when the group was joined, and when the launcher had exited.
 Then two launchers as two nodes on loopback (1 rank each): the time from starting both until
 both say every node joined (the rendezvous), and the time from SIGKILL of node 1's launcher until
 node 0's launcher has ended the job (``--node-timeout``, default 20 s, plus the check interval).
+
+Then hang detection: the latency from the moment a 2-rank job stalls (one rank skips an
+all-reduce) until the launcher prints the hang with every stack (goal: ``--hang-timeout`` + <= 5 s),
+and the flight record's cost per collective: ``dist.all_reduce`` on a 1-rank gloo group, and a
+no-op function, each wrapped and unwrapped, alternating blocks in one process (``--only hang``
+runs just these).
 """
 
 from __future__ import annotations
@@ -68,7 +74,16 @@ def main() -> None:
                         help="Runs of the two-node join and node-loss measurement (default: %(default)s).")
     parser.add_argument("--node-timeout", type=float, default=20.0,
                         help="The launchers' --node-timeout in that measurement (default: %(default)s, the launcher's).")
+    parser.add_argument("--hang-timeout", type=float, default=5.0,
+                        help="--hang-timeout of the hang-latency measurement (default: %(default)s).")
+    parser.add_argument("--hang-rounds", type=int, default=2, help="Runs of the hang measurement (default: %(default)s).")
+    parser.add_argument("--only", choices=("all", "hang"), default="all",
+                        help="Run every measurement, or only the hang ones (default: %(default)s).")
     args = parser.parse_args()
+    if args.only == "hang":
+        flight_overhead()
+        hang_latency(args.hang_rounds, args.hang_timeout)
+        return
 
     import_torch = []
     for _ in range(3):
@@ -87,6 +102,8 @@ def main() -> None:
                 runs[name].append(run_once(cmds[name], optimizer))
         report(runs, args, optimizer, statistics.median(import_torch))
     multinode(args.node_rounds, args.node_timeout)
+    flight_overhead()
+    hang_latency(args.hang_rounds, args.hang_timeout)
 
 
 HOLD_JOB = """
@@ -154,6 +171,74 @@ def multinode(rounds: int, node_timeout: float) -> None:
     print(f"node 1's launcher SIGKILLed to node 0's job ended: {statistics.median(losses):6.2f} "
           f"(per run: {', '.join(f'{j:.2f}' for j in losses)}; --node-timeout {node_timeout:g}; goal <= 30 "
           "with the default 20)")
+
+
+HANG_JOB = Path(__file__).resolve().parent.parent / "tests" / "workers" / "hang_job.py"
+
+
+def hang_latency(rounds: int, timeout: float) -> None:
+    """From the stall (the last flight-record change of any rank) to the launcher's hang line."""
+    latencies = []
+    for _ in range(rounds):
+        with tempfile.TemporaryDirectory(prefix="bench_hang_") as tmp:
+            work = Path(tmp)
+            error_file = work / "error.json"
+            cmd = [sys.executable, "-m", "npu_migrate.launch", "--device-num", "2", "--hang-timeout", str(timeout),
+                   "--error-file", str(error_file), str(HANG_JOB), "--skip", "1"]
+            env = dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo", OUT_DIR=str(work))
+            proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            seen = None
+            for line in proc.stderr:  # type: ignore[union-attr]
+                if seen is None and "hang: no rank made progress" in line:
+                    seen = time.time()
+            proc.wait()
+            if seen is None or proc.returncode != 1:
+                raise SystemExit(f"error: no hang report (exit code {proc.returncode})")
+            states = json.loads(error_file.read_text())["hang"]["states"].values()
+            stalled = max(max(s["entered"], s["ended"]) for s in states)
+            latencies.append(seen - stalled)
+    print(f"\nhang to report: 2 ranks, one skips an all-reduce; --hang-timeout {timeout:g}; {rounds} run(s)")
+    print(f"stall to the launcher's hang line: median {statistics.median(latencies):.2f} s (per run: "
+          f"{', '.join(f'{x:.2f}' for x in latencies)}); goal <= timeout + 5 = {timeout + 5:g} s")
+
+
+def flight_overhead(blocks: int = 21, calls: int = 2000) -> None:
+    """ns per call that the flight record adds: wrapped vs unwrapped, alternating blocks in one process."""
+    code = f"""
+import os, statistics, tempfile, time, json
+import torch, torch.distributed as dist
+from npu_migrate.launch import flight
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str({free_port()}), RANK="0", WORLD_SIZE="1")
+dist.init_process_group("gloo")
+record = flight.FlightRecord(os.path.join(tempfile.mkdtemp(), "r.bin"), 0)
+plain_ar = dist.all_reduce
+wrapped_ar = flight._wrap("all_reduce", plain_ar, record)
+noop = lambda tensor, op=None, group=None, async_op=False: None
+wrapped_noop = flight._wrap("all_reduce", noop, record)
+t = torch.ones(1)
+def per_call(fn, n):
+    t0 = time.perf_counter_ns()
+    for _ in range(n):
+        fn(t)
+    return (time.perf_counter_ns() - t0) / n
+out = {{"ar": [], "ar_wrapped": [], "noop": [], "noop_wrapped": []}}
+for i in range({blocks}):
+    pairs = [("ar", plain_ar), ("ar_wrapped", wrapped_ar), ("noop", noop), ("noop_wrapped", wrapped_noop)]
+    for name, fn in (pairs if i % 2 == 0 else pairs[::-1]):
+        out[name].append(per_call(fn, {calls}))
+dist.destroy_process_group()
+print(json.dumps({{k: statistics.median(v) for k, v in out.items()}}))
+"""
+    env = dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    if result.returncode != 0:
+        raise SystemExit(f"error: the overhead measurement failed:\n{result.stderr[-2000:]}")
+    med = json.loads(result.stdout.strip().splitlines()[-1])
+    print(f"\nflight record per collective ({blocks} alternating blocks of {calls} calls, medians, ns per call)")
+    print(f"dist.all_reduce, 1-rank gloo: unwrapped {med['ar']:9.0f}  wrapped {med['ar_wrapped']:9.0f}  "
+          f"added {med['ar_wrapped'] - med['ar']:7.0f} ({med['ar_wrapped'] / med['ar']:.3f}x)")
+    print(f"no-op function:               unwrapped {med['noop']:9.0f}  wrapped {med['noop_wrapped']:9.0f}  "
+          f"added {med['noop_wrapped'] - med['noop']:7.0f} (the record's own cost)")
 
 
 def report(runs: dict[str, list[dict[str, float]]], args: argparse.Namespace, optimizer: bool, import_s: float) -> None:

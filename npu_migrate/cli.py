@@ -9,6 +9,7 @@ Usage::
     npu-migrate port SRC --out DIR
     npu-migrate check SRC
     npu-migrate compare A B [--exact | --rtol R --atol A] [--plot FILE.png] [--json FILE]
+    npu-migrate stacks PID
 
 Each sub-command lives in its own module with ``build_parser(subparsers)`` and ``run(args)``. Only
 the module of the command being run is imported, so ``--help``, ``--version``, ``port`` and
@@ -59,6 +60,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("port", "npu_migrate.port.cli", "Rewrite CUDA-only (or NPU-only) source into device-neutral source.", False),
     Command("check", "npu_migrate.port.cli", "List what needs porting as path:line:col NMxxx message; exit 1 if anything does.", False),
     Command("compare", "npu_migrate.compare.cli", "Compare two runs' losses and per-module statistics; name the first culprit.", False),
+    Command("stacks", "npu_migrate.launch.stacks", "Print every rank's Python stack of a running launcher (PID).", False),
 )
 _BY_NAME = {c.name: c for c in COMMANDS}
 

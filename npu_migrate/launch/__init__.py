@@ -22,6 +22,12 @@ One concept per module:
 * :mod:`.rendezvous`: multi-node membership, heartbeats and the failure board (documented there);
 * :mod:`.worker`: the bootstrap of each worker process;
 * :mod:`.supervisor`: the job's phases, restarts and failure reports; :func:`spawn`;
+* :mod:`.flight`: each rank's flight record (the collective it is in), written in the worker;
+* :mod:`.watchdog`: hang detection and who is behind (``--hang-timeout``), in the launcher;
+* :mod:`.stacks`: every rank's stack on a hang, SIGUSR1 or ``npu-migrate stacks PID``;
+* :mod:`.hints`: what a signal or a known backend error means (tables);
+* :mod:`.report`: the JSON report of every rank's exit (``--error-file``);
+* :mod:`.preflight`: the pre-flight all-reduce (``--preflight``);
 * :mod:`.forkserver`: the fork server that has torch loaded;
 * :mod:`.signals`: SIGINT/SIGTERM in every phase;
 * :mod:`.errors`: exceptions and one-line messages;

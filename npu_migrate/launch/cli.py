@@ -34,6 +34,7 @@ from npu_migrate.launch.config import (
 )
 from npu_migrate.launch.errors import LaunchUsageError, say
 from npu_migrate.launch.forkserver import start_fork_server, stop_fork_server
+from npu_migrate.launch.watchdog import DEFAULT_HANG_TIMEOUT
 from npu_migrate.registry import FAMILY_CHOICES
 
 
@@ -68,6 +69,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="The job's token, the same on every node; launchers of other jobs on the same "
                              "address and port are refused (default: SLURM_JOB_ID, TORCHELASTIC_RUN_ID, or a "
                              "hash of --addr, --port and the script with its arguments).")
+    parser.add_argument("--hang-timeout", "--hang_timeout", dest="hang_timeout", type=float, default=None,
+                        help="Seconds without progress (no rank entering or leaving a collective while one "
+                             "waits in one) before every rank's stack, collective and who is behind are "
+                             f"printed; 0 turns it off (default: {DEFAULT_HANG_TIMEOUT:g} for more than one "
+                             "rank, below NCCL's 10-minute and HCCL's 30-minute collective timeouts; off for one).")
+    parser.add_argument("--hang-action", "--hang_action", dest="hang_action", choices=("end", "report"), default="end",
+                        help="On a hang, end the job (exit 1) or only report it, once per stall "
+                             "(default: %(default)s).")
+    parser.add_argument("--error-file", "--error_file", dest="error_file", default=None,
+                        help="Write a JSON report of every rank's exit status, signal, traceback, first failure "
+                             "and hang to FILE when the job ends (also report-node{K}.json in --log-dir). "
+                             "`kill -USR1 <launcher pid>` or `npu-migrate stacks PID` prints every rank's stack.")
+    parser.add_argument("--preflight", action=argparse.BooleanOptionalAction, default=None,
+                        help="Before the script, all-reduce once on the job's backend across every rank and "
+                             "name the rank, host or interface that cannot be reached (default: off; it costs "
+                             "one more start of the ranks' processes and a group join).")
     parser.add_argument("--migrate", action="store_true",
                         help="Runtime migration: the script's CUDA calls go to the chosen device (npu, or cpu for tests).")
     parser.add_argument("--migrate-report", dest="migrate_report", default=None,
@@ -87,11 +104,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def build_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     """Add ``launch`` to ``subparsers`` (or make the stand-alone parser)."""
     description = "Start one process per device on this node; all of them end when one fails."
+    # No abbreviations: argparse classifies every word, the script's own arguments included, and
+    # a script flag that abbreviates launcher flags (`--hang` for --hang-timeout/--hang-action)
+    # would be refused as ambiguous instead of reaching the script.
     if subparsers is None:
-        parser = OneLineParser(prog="python -m npu_migrate.launch", description=description)
+        parser = OneLineParser(prog="python -m npu_migrate.launch", description=description, allow_abbrev=False)
     else:
         parser = subparsers.add_parser("launch", help="Run a training script on every device.",
-                                       description=description)
+                                       description=description, allow_abbrev=False)
     add_arguments(parser)
     parser.set_defaults(func=run)
     return parser
@@ -130,7 +150,9 @@ def run(args: argparse.Namespace) -> int:
         cfg = make_config(args.nproc, args.nnodes, args.node_rank, args.addr, args.port, args.device,
                           args.log_dir, args.max_restarts, args.join_timeout,
                           before_device=None if args.dry_run else lambda: methods.append(start_fork_server()),
-                          job_id=args.job_id, node_timeout=args.node_timeout, identity=target.identity())
+                          job_id=args.job_id, node_timeout=args.node_timeout, identity=target.identity(),
+                          hang_timeout=args.hang_timeout, hang_action=args.hang_action, error_file=args.error_file,
+                          preflight=args.preflight)
     except NpuMigrateError:
         stop_fork_server()
         raise

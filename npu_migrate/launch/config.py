@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 from npu_migrate.launch import cluster
 from npu_migrate.launch.errors import LaunchError, LaunchUsageError
+from npu_migrate.launch.watchdog import effective_timeout
 
 DEFAULT_PORT = 29500
 """MASTER_PORT when several nodes are launched and no --port is given (torchrun's default)."""
@@ -55,6 +56,11 @@ class LaunchConfig:
         node_timeout: seconds without a heartbeat before a node counts as lost.
         net_env: interface variables for the workers (GLOO_SOCKET_IFNAME...).
         net_note: how the interface was chosen, for the start-up line.
+        hang_timeout: seconds without progress before the job counts as hung (0: off; see
+            :mod:`.watchdog` for the default).
+        hang_action: ``"end"`` the job on a hang (exit 1), or only ``"report"`` it.
+        error_file: where to write the JSON report of every rank's exit (``--error-file``).
+        preflight: run a short all-reduce on the backend before the script (:mod:`.preflight`).
     """
 
     nproc: int
@@ -73,6 +79,10 @@ class LaunchConfig:
     node_timeout: float = DEFAULT_NODE_TIMEOUT
     net_env: tuple[tuple[str, str], ...] = ()
     net_note: str = ""
+    hang_timeout: float = 0.0
+    hang_action: str = "end"
+    error_file: str | None = None
+    preflight: bool = False
 
     @property
     def world_size(self) -> int:
@@ -255,6 +265,10 @@ def make_config(
     job_id: str | None = None,
     node_timeout: float = DEFAULT_NODE_TIMEOUT,
     identity: str = "",
+    hang_timeout: float | None = None,
+    hang_action: str = "end",
+    error_file: str | None = None,
+    preflight: bool | None = None,
 ) -> LaunchConfig:
     """Check the launcher's input and fill in what is missing; start nothing.
 
@@ -267,6 +281,11 @@ def make_config(
             the address, port and ``identity``).
         node_timeout: seconds without a heartbeat before a node counts as lost.
         identity: what the job runs, the same on every node (:meth:`Target.identity`).
+        hang_timeout: seconds without progress before a hang is reported (None: the default
+            for the world size, :func:`npu_migrate.launch.watchdog.effective_timeout`; 0: off).
+        hang_action: ``"end"`` or ``"report"``.
+        error_file: the JSON report's path (``--error-file``).
+        preflight: the pre-flight all-reduce (None: off; see :mod:`.preflight` for why).
 
     Raises:
         LaunchUsageError: input that cannot work, as one line.
@@ -279,6 +298,12 @@ def make_config(
         raise LaunchUsageError(f"--job-id {job_id!r} is not usable: expected a non-empty name without spaces or '/'.")
     if node_timeout < 3:
         raise LaunchUsageError(f"--node-timeout {node_timeout:g} is too short: expected 3 seconds or more.")
+    if hang_timeout is not None and hang_timeout < 0:
+        raise LaunchUsageError(f"--hang-timeout {hang_timeout:g} is negative: expected seconds, or 0 to turn hang detection off.")
+    if hang_action not in ("end", "report"):
+        raise LaunchUsageError(f"--hang-action {hang_action!r} is not one of: end, report.")
+    if error_file is not None and os.path.isdir(error_file):
+        raise LaunchUsageError(f"--error-file {error_file!r} is a directory: expected a file name, e.g. {os.path.join(error_file, 'error.json')}.")
     if join_timeout <= 0:
         raise LaunchUsageError(f"--join-timeout {join_timeout:g} is not positive: expected seconds to wait for the other nodes.")
     if before_device is not None:
@@ -306,7 +331,9 @@ def make_config(
         nproc=nproc, device=spec.name, backend=backend, log_dir=log_dir,
         max_restarts=max_restarts, join_timeout=join_timeout, omp_threads=omp,
         job_id=job_id or default_job_id(plain["addr"], plain["port"], identity, environ),
-        node_timeout=node_timeout, net_env=tuple(sorted(net_env.items())), net_note=net_note, **plain,
+        node_timeout=node_timeout, net_env=tuple(sorted(net_env.items())), net_note=net_note,
+        hang_timeout=effective_timeout(hang_timeout, plain["nnodes"] * nproc), hang_action=hang_action,
+        error_file=os.path.abspath(error_file) if error_file else None, preflight=bool(preflight), **plain,
     )
 
 

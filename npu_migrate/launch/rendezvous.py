@@ -34,8 +34,15 @@ is accepted when the ranks are exactly ``0..nnodes-1``.
 ``running``           the generation that is running ("" while nodes are joining): a duplicate
                       node rank ends a forming job, but is only refused by a running one.
 ``gen``               the newest generation (restart count).
-``fail/<gen>``        the first failure of a generation (a rank's error, or a lost node),
-                      JSON; first writer wins; every node stops its ranks, then restarts or ends.
+``fail/<gen>``        the first failure of a generation (a rank's error, a hang, or a lost
+                      node), JSON; the one with the earliest ``time`` wins (compare-and-set:
+                      a node replaces a later one); every node stops its ranks, then restarts
+                      or ends.
+``flight/<gen>/<K>``  node K's ranks' flight records (:mod:`.flight`), JSON, every heartbeat;
+                      node 0 reads them to decide a hang for the whole job (:mod:`.watchdog`).
+``hang/<gen>``        the latest hang node 0 declared: ``{"id", "summary", "states", ...}``;
+                      every node prints its own ranks' stacks for a new id, then adds 1 to
+``hang_ack/<gen>/<id>`` which node 0 waits for (a few seconds) before ending the job.
 ``abort``             a reason that ends every launcher of the job, in any phase (duplicate
                       node rank, mismatched flags, a signalled launcher, the job's last failure).
 ``done/<gen>``,
@@ -176,6 +183,9 @@ class Rendezvous:
         self._interval = max(0.2, min(2.0, cfg.node_timeout / 10))
         self._seen_sent: set[str] = set()
         self._told: tuple[str, float] | None = None  # (seen key, when) of the job's end, published or read
+        self.flight_out: str | None = None  # this node's ranks' flight records, published every beat
+        self.flight_in: dict[int, str] = {}  # node 0: the other nodes' records, as last read
+        self.hang_in: dict[str, Any] | None = None  # the latest hang node 0 announced
 
     # -- store helpers
 
@@ -347,6 +357,7 @@ class Rendezvous:
                         # Another node ended the job: node 0 serves the store until the rest read why too.
                         self._told = ("seen/abort" if abort else f"seen/{gen}", time.monotonic())
                 counters = {k: store.add(self._key(f"alive/{m.owner}"), 0) for k, m in members.items()}
+                self._flight(store, gen, members)
                 # Tell node 0 we read it: it keeps serving the store until every node has.
                 for seen, value in (("seen/abort", abort), (f"seen/{gen}", fail)):
                     if value and seen not in self._seen_sent and self.cfg.node_rank != 0:
@@ -366,6 +377,43 @@ class Rendezvous:
                     self._last_error = first_line(exc)
                 logger.debug("heartbeat: %s", exc)
             self._stop.wait(interval)
+
+    def _flight(self, store: Any, gen: int, members: dict[int, Member]) -> None:
+        """Publish this node's flight records; node 0 reads everyone's, the others read node 0's hang."""
+        if not members:
+            return
+        out = self.flight_out
+        if out is not None and self.cfg.node_rank != 0:
+            store.set(self._key(f"flight/{gen}/{self.cfg.node_rank}"), out)
+        if self.cfg.node_rank == 0:
+            found = {k: _peek(store, self._key(f"flight/{gen}/{k}")) for k in members if k != 0}
+            with self._lock:
+                self.flight_in = {k: v for k, v in found.items() if v}
+        else:
+            hang = _peek(store, self._key(f"hang/{gen}"))
+            if hang:
+                self.hang_in = json.loads(hang)
+
+    def announce_hang(self, record: dict[str, Any]) -> None:
+        """Node 0: tell every node about a hang (each prints its own ranks' stacks)."""
+        key, value = self._key(f"hang/{self.generation}"), json.dumps(record)
+        self._quietly(lambda: self.store.set(key, value))
+
+    def ack_hang(self, hang_id: int) -> None:
+        """This node printed its stacks for hang ``hang_id``."""
+        key = self._key(f"hang_ack/{self.generation}/{hang_id}")
+        self._quietly(lambda: self.store.add(key, 1))
+
+    def wait_hang_acks(self, hang_id: int, seconds: float = 5.0) -> None:
+        """Node 0: wait (a few seconds at most) until the other nodes have printed their stacks."""
+        key, others = self._key(f"hang_ack/{self.generation}/{hang_id}"), self.cfg.nnodes - 1
+
+        def wait() -> None:
+            deadline = time.monotonic() + seconds
+            while self.store.add(key, 0) < others and time.monotonic() < deadline:
+                time.sleep(0.05)
+
+        self._quietly(wait, seconds + 1)
 
     def event(self) -> Event | None:
         """What the board says now (never blocks): an abort, this generation's failure, or a lost node."""
@@ -517,7 +565,11 @@ class Rendezvous:
         self._told = (f"seen/{gen}", time.monotonic())
 
         def publish() -> None:
-            self.store.compare_set(self._key(f"fail/{gen}"), "", json.dumps(record))
+            key, mine = self._key(f"fail/{gen}"), json.dumps(record)
+            current = self.store.compare_set(key, "", mine).decode()
+            # The earliest failure wins, whichever node saw its own first.
+            while current != mine and json.loads(current).get("time", 0.0) > record.get("time", float("inf")):
+                current = self.store.compare_set(key, current, mine).decode()
             if record.get("kind") == "lost" and record.get("owner"):
                 self.store.set(self._key(f"lost/{record['owner']}"), "1")
             self.store.set(self._key("running"), "")
@@ -525,8 +577,12 @@ class Rendezvous:
         self._quietly(publish)
 
     def first_failure(self) -> dict[str, Any] | None:
-        """The failure that won for this generation (as every node sees it), if readable."""
+        """The failure that won for this generation (as every node sees it), if readable.
+
+        Read after one heartbeat: a node whose rank failed earlier may see it a little later.
+        """
         key = self._key(f"fail/{self.generation}")
+        time.sleep(min(1.0, self._interval))
 
         def read() -> dict[str, Any] | None:
             value = _peek(self.store, key)
@@ -607,6 +663,13 @@ class Rendezvous:
             self._quietly(linger, max(0.0, deadline - time.monotonic()))
             logger.info("served the store until %s nodes read %s (or for %.1f s)", others, key, deadline - since)
         self._stop.set()
+        if self._handler is not None:
+            # Stop torch's keep-alive timer here, from this thread: were the handler freed while
+            # the timer's own thread runs, its finalizer would join that thread from itself and
+            # print "RuntimeError: cannot join current thread" at exit.
+            stop = getattr(self._handler, "_stop_heartbeats", None)
+            if stop is not None:
+                self._quietly(stop, 2.0)
         if self._claimed and self.store is not None:
             key = self._key(f"claim/{self.cfg.node_rank}")
             mine = json.dumps({"owner": self.owner, "host": self.host, "pid": os.getpid()})

@@ -42,22 +42,30 @@ class Interrupted(Exception):
 
 
 class Signals:
-    """Turns SIGINT/SIGTERM into a flag the launcher reads, and restores the handlers after."""
+    """Turns SIGINT/SIGTERM into a flag the launcher reads, and restores the handlers after.
+
+    SIGUSR1 only counts (:attr:`dumps`): a request for every rank's stack, served while ranks run.
+    """
 
     def __init__(self) -> None:
         self.received: int | None = None
         self.count = 0
+        self.dumps = 0
         self._old: dict[int, Any] = {}
 
     def __enter__(self) -> Signals:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
                 self._old[sig] = signal.signal(sig, self._handle)
+            self._old[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, self._dump)
         return self
 
     def _handle(self, signum: int, frame: Any) -> None:
         self.received = self.received or signum
         self.count += 1
+
+    def _dump(self, signum: int, frame: Any) -> None:
+        self.dumps += 1
 
     def __exit__(self, *exc: Any) -> None:
         for sig, handler in self._old.items():

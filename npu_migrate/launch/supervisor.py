@@ -16,6 +16,11 @@ One job, in phases, each answering SIGINT/SIGTERM within 5 s (exit 130/143):
 3. *restarting* with ``--max-restarts``: the whole job, every node, again from phase 1's round;
 4. *tearing down*: every worker reaped, the fork server ended, the node rank given back.
 
+While ranks run, the supervisor reads their flight records (:mod:`.flight`) twice a second for
+hangs (:mod:`.watchdog`, ``--hang-timeout``), serves SIGUSR1 with every rank's stack
+(:mod:`.stacks`), and at the end writes the JSON report (:mod:`.report`, ``--error-file``).
+``--preflight`` all-reduces once before the script (:mod:`.preflight`).
+
 Every error path prints one line per event on the console; with ``--log-dir`` the launcher's own
 details (torch's messages included) go to ``launcher-node{K}.log`` there.
 """
@@ -30,22 +35,25 @@ import os
 import signal
 import socket
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from npu_migrate.errors import NpuMigrateError
+from npu_migrate.launch import flight, hints, report, stacks
 from npu_migrate.launch.config import DEFAULT_NODE_TIMEOUT, LaunchConfig, Target, make_config
 from npu_migrate.launch.errors import JobFailed, LaunchError, first_line, say
 from npu_migrate.launch.forkserver import start_fork_server, stop_fork_server
 from npu_migrate.launch.signals import SIGNAL_GRACE_S, STOP_GRACE_S, Interrupted, Signals
+from npu_migrate.launch.watchdog import Hang, Watchdog, state_from_dict
 from npu_migrate.launch.worker import worker_main
 
 logger = logging.getLogger(__name__)
 
 _POLL_S = 0.05
 _ERROR_TAIL_LINES = 12
+_WATCH_EVERY_S = 0.5
+"""How often the launcher reads its ranks' flight records."""
 
 
 @dataclass
@@ -69,20 +77,25 @@ class Failure:
         if self.exc_type is not None:
             return f"{who} failed: {self.exc_type}: {self.message}"
         if self.signal_name is not None:
-            hint = ""
-            if self.signal_name == "SIGKILL":
-                hint = (" (often the kernel's out-of-memory killer: check `dmesg` or `journalctl -k`, "
-                        "then lower the batch size or --device-num)")
-            elif self.signal_name == "SIGSEGV":
-                hint = " (a crash in native code: a driver, CANN/CUDA or an extension)"
-            return f"{who} was killed by {self.signal_name}{hint}"
+            hint = hints.signal_hint(self.signal_name)
+            return f"{who} was killed by {self.signal_name}" + (f" ({hint})" if hint else "")
         return f"{who} exited with code {self.exit_code} without a Python traceback"
+
+    def hint(self) -> str | None:
+        """What to check for a known backend error in the message or traceback."""
+        if self.exc_type is None:
+            return None
+        return hints.error_hint(f"{self.message}\n{self.traceback or ''}")
 
     def details(self) -> list[str]:
         lines = []
+        hint = self.hint()
+        if hint:
+            lines.append(f"hint: {hint}")
         if self.traceback:
             tail = self.traceback.rstrip().splitlines()[-_ERROR_TAIL_LINES:]
-            lines += ["traceback (last lines):"] + [f"  {line}" for line in tail]
+            title = "traceback (last lines):" if self.exc_type else "Python stack at the signal (last lines):"
+            lines += [title] + [f"  {line}" for line in tail]
         if self.log:
             lines.append(f"full output: {self.log}")
         return lines
@@ -123,7 +136,18 @@ class Job:
         self.procs: list[Any] = []
         self.phase = "starting"
         self._context: Any = None
-        self.error_dir = tempfile.mkdtemp(prefix="npu_migrate_launch_")
+        # The run directory: the ranks' error records, flight records and stack dumps (:mod:`.stacks`).
+        self.error_dir = stacks.make_run_dir()
+        self.watchdog: Watchdog | None = None
+        self._next_watch = 0.0
+        self._dumps_served = 0
+        self._hangs_seen = 0  # hangs node 0 announced that this node has answered
+        self._exit_seen: dict[int, float] = {}
+        self._last_procs: list[Any] = []
+        self._stopped: set[int] = set()
+        self._first_record: dict[str, Any] | None = None
+        self._hang: dict[str, Any] | None = None
+        self._outcome = "starting"
 
     # -- process handling
 
@@ -131,7 +155,16 @@ class Job:
         import torch.multiprocessing as mp
 
         for name in os.listdir(self.error_dir):
-            os.unlink(os.path.join(self.error_dir, name))
+            if name != "launcher.json":
+                os.unlink(os.path.join(self.error_dir, name))
+        self._exit_seen = {}
+        self._stopped = set()
+        self._dumps_served = self.signals.dumps  # asked while no rank ran: nothing to show
+        self.watchdog = Watchdog(self.cfg.hang_timeout,
+                                 {self.cfg.rank(i): flight.record_path(self.error_dir, self.cfg.rank(i))
+                                  for i in range(self.cfg.nproc)})
+        if self.rdzv is not None and self.cfg.node_rank != 0:
+            self.watchdog.timeout = 0  # node 0 decides, from every node's records
         # Keep the context for the whole attempt. On torch < 2.2 it holds one SimpleQueue per
         # worker, whose semaphore a forked worker opens by name while unpickling its arguments;
         # dropping the context unlinks them first, and the worker dies in SemLock.__setstate__
@@ -144,6 +177,7 @@ class Job:
             start_method=self.start_method,
         )
         self.procs = list(self._context.processes)
+        self._last_procs = self.procs
         return self.procs
 
     def _stop(self, procs: list[Any], sig: int = signal.SIGTERM, grace: float = STOP_GRACE_S) -> None:
@@ -159,6 +193,7 @@ class Job:
                         except OSError:
                             pass
 
+        self._stopped.update(i for i, p in enumerate(procs) if p.exitcode is None)
         send(sig)
         deadline = time.monotonic() + grace
         seen = self.signals.count
@@ -187,42 +222,110 @@ class Job:
                            exc_type=rec["type"], message=rec["message"], traceback=rec["traceback"],
                            log=log, time=rec["time"])
         code = proc.exitcode
-        signal_name = None
-        if code is not None and code < 0:
-            try:
-                signal_name = signal.Signals(-code).name
-            except ValueError:
-                signal_name = f"signal {-code}"
+        signal_name = _signal_name(code)
         return Failure(rank, local, self.cfg.node_rank, socket.gethostname(), exit_code=code,
-                       signal_name=signal_name, log=log)
+                       signal_name=signal_name, log=log, traceback=stacks.fatal_stack(self.error_dir, rank) or None,
+                       time=self._exit_seen.get(local, time.time()))
 
     def _watch(self, procs: list[Any]) -> tuple[str, Any]:
-        """Wait for the workers; return ("ok"|"failed"|"event"|"signal", detail)."""
+        """Wait for the workers; return ("ok"|"failed"|"event"|"signal"|"hang", detail)."""
         while True:
             if self.signals.received is not None:
                 return "signal", None
             live = [p.sentinel for p in procs if p.exitcode is None]
             if live:
                 multiprocessing.connection.wait(live, timeout=_POLL_S)
+            now = time.time()
+            for i, p in enumerate(procs):
+                if p.exitcode is not None and i not in self._exit_seen:
+                    self._exit_seen[i] = now
             failed = [(i, p) for i, p in enumerate(procs) if p.exitcode not in (None, 0)]
             if failed:
-                # The root cause is the earliest Python failure; ranks that died of its broken
-                # collectives come later. Without tracebacks, the lowest rank.
+                # The first failure by when it happened: a Python error's time is the rank's own,
+                # a death's is when the launcher saw it. Ranks that died of its broken
+                # collectives come later.
                 candidates = [self._failure_of(i, p) for i, p in failed]
-                candidates.sort(key=lambda f: (f.exc_type is None, f.time if f.exc_type else 0, f.rank))
+                candidates.sort(key=lambda f: (f.time, f.rank))
                 return "failed", candidates[0]
             if all(p.exitcode == 0 for p in procs):
                 return "ok", None
+            if self.signals.dumps > self._dumps_served:
+                self._dumps_served = self.signals.dumps
+                self._dump_stacks("on request (SIGUSR1)")
+            if time.monotonic() >= self._next_watch:
+                self._next_watch = time.monotonic() + _WATCH_EVERY_S
+                hang = self._watch_flight()
+                if hang is not None and self.cfg.hang_action == "end":
+                    return "hang", hang
             if self.rdzv is not None:
                 event = self.rdzv.event()
                 if event is not None:
                     return "event", event
+
+    # -- flight records, hangs and stacks
+
+    def _live_ranks(self) -> dict[int, int]:
+        """{rank: pid} of this node's running ranks that have a flight record (their dumps are armed)."""
+        return {self.cfg.rank(i): p.pid for i, p in enumerate(self.procs)
+                if p.exitcode is None and p.pid and os.path.exists(flight.record_path(self.error_dir, self.cfg.rank(i)))}
+
+    def _dump_stacks(self, why: str, states: dict[int, str] | None = None) -> dict[int, str]:
+        """Print every running rank's stack on this node (all threads); also stacks.txt for `npu-migrate stacks`."""
+        cfg = self.cfg
+        texts = stacks.collect(self.error_dir, self._live_ranks())
+        if states is None and self.watchdog is not None:
+            states = {r: s.describe() for r, s in self.watchdog.read().items()}
+        node = cfg.node_rank if cfg.nnodes > 1 else None
+        where = f" on node {cfg.node_rank}" if cfg.nnodes > 1 else ""
+        block = stacks.format_stacks(texts, states, node)
+        head = f"stacks of {len(texts)} rank(s){where}, {why}, all threads, most recent call first:"
+        say(head)
+        if block:
+            print(block, file=sys.stderr, flush=True)
+        stacks.write_dump(self.error_dir, self.signals.dumps, f"{head}\n{block}")
+        return texts
+
+    def _watch_flight(self) -> Hang | None:
+        """Read the flight records; report a hang (node 0 decides for every node). Returns the hang, if new."""
+        dog, rdzv, cfg = self.watchdog, self.rdzv, self.cfg
+        if dog is None:
+            return None
+        extra = None
+        if rdzv is not None:
+            extra = {}
+            for record in rdzv.flight_in.values():
+                extra.update({int(r): state_from_dict(v) for r, v in json.loads(record).items()})
+            announced = rdzv.hang_in
+            if cfg.node_rank != 0 and announced is not None and announced.get("id", 0) > self._hangs_seen:
+                self._hangs_seen = announced["id"]
+                say(f"node 0 reports a hang: {announced['summary']}")
+                self._hang = {**announced, "stacks": {str(r): t for r, t in self._dump_stacks(
+                    "at the hang", {int(r): v["state"] for r, v in announced["states"].items()}).items()}}
+                rdzv.ack_hang(announced["id"])
+        hang = dog.poll(extra)
+        if rdzv is not None and cfg.node_rank != 0:
+            rdzv.flight_out = json.dumps({str(r): s.as_dict() for r, s in dog.states.items() if r in dog.paths})
+        if hang is None:
+            return None
+        say(f"hang: no rank made progress for {hang.stalled_s:.0f} s (--hang-timeout {dog.timeout:g}) while "
+            f"rank(s) wait in a collective; every rank's stack follows.")
+        texts = self._dump_stacks("at the hang", {r: v["state"] for r, v in hang.states.items()})
+        self._hangs_seen += 1
+        self._hang = {**hang.record(), "summary": hang.summary, "stacks": {str(r): t for r, t in texts.items()}}
+        if rdzv is not None:
+            rdzv.announce_hang({**hang.record(), "summary": hang.summary, "id": self._hangs_seen})
+        if cfg.hang_action == "report":  # with "end", the job's failure report says it
+            say(f"hang: {hang.summary}")
+            say("hang: --hang-action report: the job keeps running; the next report comes after progress resumes.")
+        return hang
 
     # -- the job
 
     def run(self) -> int:
         cfg = self.cfg
         with self.signals:
+            stacks.mark_launcher(self.error_dir)  # SIGUSR1 is handled from here on
+            code: int | None = None
             try:
                 if cfg.log_dir:
                     os.makedirs(cfg.log_dir, exist_ok=True)
@@ -232,9 +335,12 @@ class Job:
                     from npu_migrate.launch.rendezvous import Rendezvous
 
                     self.rdzv = Rendezvous(cfg, self.signals)
-                return self._attempts()
+                code = self._attempts()
+                return code
             except Interrupted as exc:
-                return self._interrupted(exc.signum)
+                self._outcome = "interrupted"
+                code = self._interrupted(exc.signum)
+                return code
             except NpuMigrateError:
                 raise
             except Exception as exc:  # noqa: BLE001 - one line on the console, details in the log
@@ -244,11 +350,40 @@ class Job:
             finally:
                 if self.procs:
                     self._stop(self.procs, signal.SIGKILL, 0)
+                try:
+                    self._write_report(1 if code is None else code)
+                except Exception:  # noqa: BLE001 - the report must not hide why the job ended
+                    logger.exception("could not write the report")
                 if self.rdzv is not None:
                     self.rdzv.close()
                 for name in os.listdir(self.error_dir):
                     os.unlink(os.path.join(self.error_dir, name))
                 os.rmdir(self.error_dir)
+
+    def _write_report(self, code: int) -> None:
+        """--error-file and report-node{K}.json in --log-dir: every rank's exit, the first failure, the hang."""
+        cfg = self.cfg
+        targets = report.paths(cfg.error_file, cfg.log_dir, cfg.node_rank)
+        if not targets:
+            return
+        first = self._first_record
+        ranks = []
+        for local, proc in enumerate(self._last_procs):
+            rank = cfg.rank(local)
+            failure = self._failure_of(local, proc) if proc.exitcode not in (None, 0) else None
+            is_first = bool(first and first.get("kind", "rank") == "rank" and first.get("rank") == rank)
+            stopped = local in self._stopped and not is_first
+            ranks.append(report.RankExit(
+                rank=rank, local_rank=local, node_rank=cfg.node_rank, pid=proc.pid, exit_code=proc.exitcode,
+                signal=_signal_name(proc.exitcode), stopped_by_launcher=stopped, first_failure=is_first,
+                exc_type=failure.exc_type if failure else None, message=failure.message if failure else None,
+                traceback=failure.traceback if failure else None,
+                hint=None if failure is None or stopped else (failure.hint() or hints.signal_hint(failure.signal_name)),
+            ))
+        outcome = "ok" if code == 0 else self._outcome
+        failed = report.write(report.build(cfg.node_rank, code, outcome, ranks, first, self._hang), targets)
+        for line in failed:
+            say(f"could not write the report to {line}")
 
     def _interrupted(self, sig: int) -> int:
         name = signal.Signals(sig).name
@@ -288,6 +423,23 @@ class Job:
                     return 1
                 hosts = ", ".join(f"{k}: {m.host}" for k, m in sorted(rnd.members.items()))
                 say(f"all {cfg.nnodes} nodes joined (nodes {hosts})" + (f"; restart {attempt}" if attempt else ""))
+            if cfg.preflight:
+                self.phase = "checking the backend (--preflight)"
+                logger.info("node %s: %s", cfg.node_rank, self.phase)
+                from npu_migrate.launch.preflight import run_preflight
+
+                try:
+                    problem = run_preflight(cfg, self.start_method, self.error_dir, self.signals,
+                                            also=rdzv._raise_event if rdzv is not None else (lambda: None))
+                except JobEvent as exc:
+                    say(f"error: {exc.event.message}")
+                    return 1
+                if problem is not None:
+                    self._outcome, self._first_record = "preflight", {"kind": "preflight", "message": problem}
+                    if rdzv is not None:
+                        rdzv.abort(f"node {cfg.node_rank}: {problem}")
+                    say(f"error: {problem}")
+                    return 1
             self.phase = "running"
             logger.info("node %s: %s", cfg.node_rank, self.phase)
             procs = self._start(attempt)
@@ -300,16 +452,22 @@ class Job:
                 except JobEvent as exc:
                     outcome, detail = "event", exc.event
             if outcome == "ok":
+                self._outcome = "ok"
                 self.procs = []
                 return 0
             if outcome == "signal":
                 raise Interrupted(self.signals.received or signal.SIGTERM)
             running = sum(p.exitcode is None for p in procs)
             if outcome == "event" and detail.kind == "abort":
+                self._outcome = "aborted"
+                self._first_record = {"kind": "abort", "message": detail.message}
                 self._stop(procs)
                 say(f"error: {detail.message}")
                 return 1
+            if outcome == "hang" and rdzv is not None:
+                rdzv.wait_hang_acks(self._hangs_seen)  # the other nodes print their ranks' stacks first
             headline, lines, restartable = self._explain(outcome, detail)
+            self._outcome = "hang" if (self._first_record or {}).get("kind") == "hang" else "failed"
             self.phase = "stopping the ranks"
             logger.info("node %s: %s", cfg.node_rank, self.phase)
             self._stop(procs)
@@ -330,23 +488,26 @@ class Job:
                 continue
             if rdzv is not None:
                 rdzv.abort(f"the job failed: {headline}")
-            say(f"job failed: stopped {running} other rank(s) on node {cfg.node_rank}; exit code 1.")
+            other = "" if self._outcome == "hang" else " other"
+            say(f"job failed: stopped {running}{other} rank(s) on node {cfg.node_rank}; exit code 1.")
             return 1
 
     def _explain(self, outcome: str, detail: Any) -> tuple[str, list[str], bool]:
         """The console headline, detail lines and whether a restart can help, for a failure."""
         rdzv = self.rdzv
-        if outcome == "failed":  # one of ours
-            failure: Failure = detail
-            if rdzv is None:
-                return failure.headline(), failure.details(), True
-            rdzv.publish_failure(failure.record())
-            record = rdzv.first_failure() or failure.record()
+        if outcome in ("failed", "hang"):  # one of ours
+            record = detail.record()
+            if rdzv is not None:
+                rdzv.publish_failure(record)
+                record = rdzv.first_failure() or record
         else:
             record = detail.record
             if detail.kind == "lost":
                 rdzv.publish_failure(record)
                 record = rdzv.first_failure() or record
+        self._first_record = record
+        if record.get("kind") == "hang":
+            return record.get("message") or "hang", [], True
         if record.get("kind") == "lost":
             node = record.get("node_rank")
             message = record.get("message") or f"lost node {node} ({record.get('host')})"
@@ -357,6 +518,16 @@ class Job:
         failure = Failure.from_record(record)
         where = "" if failure.node_rank == self.cfg.node_rank else f" on node {failure.node_rank}"
         return failure.headline() + where, failure.details(), True
+
+
+def _signal_name(code: int | None) -> str | None:
+    """``SIGKILL`` for an exit code of -9; None for a plain exit."""
+    if code is None or code >= 0:
+        return None
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
 
 
 def run_job(cfg: LaunchConfig, target: Target, start_method: str) -> int:

@@ -10,8 +10,10 @@ In order, :func:`worker_main`:
 1. ties the worker to the launcher (own process group, PR_SET_PDEATHSIG, a watcher thread);
 2. :func:`prepare`: sets the rank's environment, sends output to ``--log-dir``, sets torch's
    threads and binds the device; new per-worker steps belong here;
-3. runs the script (``runpy``), module or function;
-4. on an exception, writes ``error_dir/rank{N}.json`` (type, message, traceback, time) for the
+3. arms the rank's flight record and stack dumps (:mod:`.flight`, :mod:`.stacks`) in the
+   launcher's run directory (``error_dir``): no change to the user's script;
+4. runs the script (``runpy``), module or function;
+5. on an exception, writes ``error_dir/rank{N}.json`` (type, message, traceback, time) for the
    launcher's report and exits 1.
 """
 
@@ -111,6 +113,14 @@ def prepare(local_rank: int, cfg: LaunchConfig, restart: int) -> None:
     keep_groups_on_destroy()  # torch 2.1's gloo can deadlock when a destroyed group is freed
 
 
+def _observe(run_dir: str, rank: int) -> None:
+    """Stacks on SIGUSR1 (and at a fatal signal), then the flight record: the launcher watches both."""
+    from npu_migrate.launch import flight, stacks
+
+    stacks.arm(run_dir, rank)  # first: the launcher signals only ranks whose record exists
+    flight.install(run_dir, rank)
+
+
 def _run_target(local_rank: int, target: Target) -> None:
     import runpy
 
@@ -144,6 +154,7 @@ def worker_main(local_rank: int, cfg: LaunchConfig, target: Target, restart: int
     rank = cfg.rank(local_rank)
     try:
         prepare(local_rank, cfg, restart)
+        _observe(error_dir, rank)
         _run_target(local_rank, target)
     except SystemExit:
         raise

@@ -1,0 +1,98 @@
+"""The job's end as a JSON file: every rank's exit, the first failure, the hang (``--error-file``).
+
+Usage (by the supervisor, once the job has ended on this node)::
+
+    report = build(cfg, code, ranks, first_failure, hang)
+    write(cfg, report)        # --error-file FILE, and report-node{K}.json in --log-dir
+
+torchrun writes an error file only for ranks decorated with ``@record``; this one needs nothing in
+the script. One file per node: its own ranks, and the job's first failure as every node agrees on
+it (chosen by when it happened, across nodes). Layout (``version`` 1)::
+
+    {"version": 1, "node_rank": 0, "host": "gpu7", "exit_code": 1, "outcome": "failed",
+     "first_failure": {"kind": "rank"|"hang"|"lost", "rank": 1, "message_line": "...", "time": ...},
+     "hang": {"summary": "...", "behind": [1], "states": {...}, "stacks": {"0": "...", ...}} | null,
+     "ranks": [{"rank": 0, "local_rank": 0, "pid": 123, "exit_code": -15, "signal": "SIGTERM",
+                "stopped_by_launcher": true, "first_failure": false, "exc_type": null,
+                "message": null, "traceback": null, "hint": null}, ...]}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+VERSION = 1
+
+
+@dataclass
+class RankExit:
+    """How one rank of this node ended.
+
+    Attributes:
+        rank, local_rank, node_rank: where it ran.
+        pid: its process id.
+        exit_code: its exit status (negative: killed by that signal), None if never reaped.
+        signal: the signal's name when it was killed by one.
+        stopped_by_launcher: the launcher stopped it (another rank failed, or a hang, or a signal).
+        first_failure: this rank's failure is the job's first.
+        exc_type, message, traceback: its uncaught Python exception, when there was one (or the
+            Python stack faulthandler wrote at a fatal signal, as ``traceback``).
+        hint: what to check, for its signal or a known backend error.
+    """
+
+    rank: int
+    local_rank: int
+    node_rank: int
+    pid: int | None
+    exit_code: int | None
+    signal: str | None = None
+    stopped_by_launcher: bool = False
+    first_failure: bool = False
+    exc_type: str | None = None
+    message: str | None = None
+    traceback: str | None = None
+    hint: str | None = None
+
+
+def build(node_rank: int, exit_code: int, outcome: str, ranks: list[RankExit],
+          first_failure: dict[str, Any] | None, hang: dict[str, Any] | None) -> dict[str, Any]:
+    """The report of this node's share of the job (see the module docstring)."""
+    return {
+        "version": VERSION,
+        "node_rank": node_rank,
+        "host": socket.gethostname(),
+        "time": time.time(),
+        "exit_code": exit_code,
+        "outcome": outcome,
+        "first_failure": first_failure,
+        "hang": hang,
+        "ranks": [asdict(r) for r in ranks],
+    }
+
+
+def paths(error_file: str | None, log_dir: str | None, node_rank: int) -> list[str]:
+    """Where the report goes: ``--error-file`` and ``--log-dir``/report-node{K}.json."""
+    found = [error_file] if error_file else []
+    if log_dir:
+        found.append(os.path.join(log_dir, f"report-node{node_rank}.json"))
+    return found
+
+
+def write(report: dict[str, Any], targets: list[str]) -> list[str]:
+    """Write ``report`` whole (by rename) to every target; return the ones that failed, with why."""
+    failed = []
+    for path in targets:
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            tmp = f"{path}.tmp{os.getpid()}"
+            with open(tmp, "w", encoding="utf-8") as fh:
+                json.dump(report, fh, indent=1)
+            os.replace(tmp, path)
+        except OSError as exc:
+            failed.append(f"{path} ({exc.strerror or exc})")
+    return failed

@@ -1,0 +1,56 @@
+"""A training-script stand-in for hang tests: every rank all-reduces in a loop; one rank misbehaves.
+
+  --steps N          all-reduces per rank (default 4)
+  --skip RANK        that rank skips the all-reduce of step 2, so the others wait for it at the end
+  --busy             the skipping rank then spins in a Python loop (busy_wait) instead of sleeping
+  --release FILE     the skipping rank waits until FILE exists, then makes up the skipped all-reduce
+                     (progress resumes and the job ends cleanly); without it, it waits forever
+  --crash RANK       that rank raises after its first all-reduce; --kill RANK: SIGKILLs itself
+Each rank writes $OUT_DIR/at-end{RANK} when it has issued its last collective (or stopped issuing them).
+"""
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+import npu_migrate as nm
+
+
+def flag(name: str, default: str | None = None) -> str | None:
+    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
+
+
+def busy_wait(release: str | None) -> None:
+    while not (release and os.path.exists(release)):
+        pass  # a rank stuck in Python: holds the GIL, never enters a collective
+
+
+def sleep_wait(release: str | None) -> None:
+    while not (release and os.path.exists(release)):
+        time.sleep(0.05)
+
+
+info = nm.init_distributed()
+out = Path(os.environ["OUT_DIR"])
+steps = int(flag("--steps", "4"))
+skip = int(flag("--skip", "-1"))
+release = flag("--release")
+value = torch.ones(1)
+for step in range(steps):
+    if step == 1 and info.rank == int(flag("--crash", "-1")):
+        raise RuntimeError(f"crash on rank {info.rank}")
+    if step == 1 and info.rank == int(flag("--kill", "-1")):
+        os.kill(os.getpid(), signal.SIGKILL)
+    if step == 2 and info.rank == skip:
+        continue
+    dist.all_reduce(value)
+(out / f"at-end{info.rank}").touch()
+if info.rank == skip:
+    (busy_wait if "--busy" in sys.argv else sleep_wait)(release)
+    dist.all_reduce(value)  # the one it skipped: the others' last all-reduce completes
+nm.destroy_distributed()
