@@ -188,7 +188,7 @@ class ProbeSettings:
 
     def export(self, set_env: Callable[[str, str], None] | None = None) -> None:
         """Make every Python process started from now on record (a sitecustomize arms it at ``import torch``)."""
-        from npu_migrate import _migrate_hook
+        from npu_migrate.migrate import environment as _migrate_hook
 
         put = set_env or os.environ.__setitem__
         for name, value in self.to_env().items():
