@@ -20,9 +20,11 @@ from typing import Any, Callable
 
 import torch
 
+from npu_migrate import cuda_api
 from npu_migrate.errors import MigrationError
 from npu_migrate.migrate import sim
 from npu_migrate.migrate.callers import caller_aware, switch_class
+from npu_migrate.migrate.mapping import target_device
 from npu_migrate.migrate.patches import data_amp, streams
 from npu_migrate.migrate.state import STATE, patch
 
@@ -45,13 +47,22 @@ def unmapped(name: str) -> Callable[..., Any]:
     """A stand-in for ``torch.cuda.<name>`` that raises MigrationError with advice."""
     spec = STATE.target
     where = spec.name if spec is not None else "the target"
-    advice = ADVICE.get(name, "remove the call, guard it so it runs only on CUDA, or port the script "
-                              "with `npu-migrate port`, which reports it")
+    row = cuda_api.classify(f"torch.cuda.{name}")
+    advice = ADVICE.get(name) or (row.note if row is not None and row.kind == "unsupported" and row.note else
+                                  "remove the call, guard it so it runs only on CUDA, or port the script "
+                                  "with `npu-migrate port`, which reports it")
 
     def fail(*args: Any, **kwargs: Any) -> Any:
         raise MigrationError(f"torch.cuda.{name} has no {where} equivalent under runtime migration: {advice}.")
 
     return fail
+
+
+def _legacy_type(cpu_type: Any) -> Callable[..., Any]:
+    def construct(*args: Any, **kwargs: Any) -> Any:
+        return cpu_type(*args, **kwargs).to(target_device(None))
+
+    return construct
 
 
 def install() -> None:
@@ -68,9 +79,13 @@ def install() -> None:
             continue
         if getattr(value, "__module__", "") in ("typing", "functools", "builtins") or name in ("Optional", "Any", "Callable", "NewType", "classproperty", "lru_cache", "cast"):
             continue
-        if inspect.isclass(value) and (name.endswith("Tensor") or name.endswith("Storage") or issubclass(value, BaseException)):
-            continue  # legacy tensor types and exception classes are left alone
-        if npu is not None:
+        if inspect.isclass(value) and issubclass(value, BaseException):
+            continue  # exception classes: catching them works on every family
+        row = cuda_api.classify(f"torch.cuda.{name}")
+        if row is not None and row.runtime == "legacy_type" and hasattr(torch, name):
+            # torch.cuda.FloatTensor(2): the CPU type's tensor, moved to the target.
+            impl, kind, note = _legacy_type(getattr(torch, name)), "redirected", f"torch.{name}(...) on the target"
+        elif npu is not None:
             impl = getattr(npu, name, None)
             kind, note = ("redirected", f"torch.{spec.name}.{name}") if impl is not None else ("unmapped", "")
         elif name in CUDA_TABLE:
@@ -82,10 +97,13 @@ def install() -> None:
         if impl is None:
             impl = unmapped(name)
         api = f"torch.cuda.{name}"
-        if inspect.isclass(value):
-            patch(cuda, name, switch_class(value, impl, api, kind, note))
-        else:
-            patch(cuda, name, caller_aware(value, impl, api, kind, note))
+        stand_in = (switch_class if inspect.isclass(value) else caller_aware)(value, impl, api, kind, note)
+        patch(cuda, name, stand_in)
+        # The same object under torch.cuda's submodules (torch.cuda.memory.empty_cache).
+        for sub in cuda_api.SUBMODULES:
+            module = getattr(cuda, sub, None)
+            if inspect.ismodule(module) and getattr(module, name, None) is value:
+                patch(module, name, stand_in)
     # torch.cuda.amp: autocast and GradScaler land on the target's AMP.
     amp = cuda.amp
     for name, impl in (("autocast", data_amp.autocast), ("GradScaler", data_amp.cuda_grad_scaler)):
