@@ -312,6 +312,7 @@ def public_names() -> list[str]:
 # How a row of TORCH_API is applied at run time (its ``op``):
 #   device_arg: a CUDA ``device`` argument (keyword, or positional where the signature allows it)
 #       becomes the target's device; the call is otherwise unchanged.
+#   device_query: the same, for the user's code only (torch's own code gets torch's answer).
 #   to / cuda / is_cuda / set_default_device / grad_scaler: their own mapping in npu_migrate.migrate.
 #   pin_memory / record_stream: a no-op on the CPU target (host memory is all there is), the
 #       target's own on an accelerator.
@@ -331,7 +332,8 @@ _ROWS_TORCH: dict[str, tuple[Kind, Optional[str], tuple[str, ...], str]] = {
                                                 "so CuPy/Numba take their non-CUDA path"),
     "torch.set_default_device": _m("set_default_device", "device", note=_DEVICE_ARG),
     "torch.GradScaler": _m("grad_scaler", "device", note="a scaler for the target (disabled where AMP is bfloat16)"),
-    "torch.get_device_module": _m("device_arg", "device", note="the target's device module"),
+    # A question, not a placement: torch.accelerator asks it about CUDA and must get the truth.
+    "torch.get_device_module": _m("device_query", "device", note="the target's device module, for the user's code"),
     # Classes with a device argument whose metadata is a docstring line ("Stream(device, *, priority)").
     "torch.Stream": _m("device_arg", "device", note=_DEVICE_ARG),
     "torch.Event": _m("device_arg", "device", note=_DEVICE_ARG),

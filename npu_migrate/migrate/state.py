@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass, field
+from types import FunctionType, ModuleType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -64,10 +65,17 @@ def on_cpu() -> bool:
 
 
 def patch(owner: Any, name: str, new: Any) -> None:
-    """Set ``owner.name = new`` and remember the old value for :func:`rollback`."""
+    """Set ``owner.name = new`` and remember the old value for :func:`rollback`.
+
+    A function or class put there is named after the place (``torch.zeros``, ``torch.Tensor.to``),
+    so pickle stores it by that name and any process, migrated or not, loads its own.
+    """
     had = name in vars(owner)
     old = vars(owner)[name] if had else getattr(owner, name, None)
     STATE.patches.append((owner, name, had, old))
+    if isinstance(new, (FunctionType, type)):
+        new.__module__ = owner.__name__ if isinstance(owner, ModuleType) else owner.__module__
+        new.__qualname__ = name if isinstance(owner, ModuleType) else f"{owner.__qualname__}.{name}"
     setattr(owner, name, new)
 
 

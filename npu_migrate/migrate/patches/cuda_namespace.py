@@ -102,7 +102,9 @@ def install() -> None:
         # The same object under torch.cuda's submodules (torch.cuda.memory.empty_cache).
         for sub in cuda_api.SUBMODULES:
             module = getattr(cuda, sub, None)
-            if inspect.ismodule(module) and getattr(module, name, None) is value:
+            # Not a class in the module that defines it: its instances pickle by that name.
+            if inspect.ismodule(module) and getattr(module, name, None) is value and not (
+                    inspect.isclass(value) and value.__module__ == module.__name__):
                 patch(module, name, stand_in)
     # torch.cuda.amp: autocast and GradScaler land on the target's AMP.
     amp = cuda.amp

@@ -100,6 +100,13 @@ def install() -> None:
                     record('torch.amp.GradScaler("cuda")')
                 super().__init__(device, *args, **kwargs)
 
+            def __reduce_ex__(self, protocol: Any) -> Any:
+                # Pickled as torch's own class, so a process without migration loads it too.
+                return object.__new__, (scaler,), self.__getstate__()
+
         GradScaler.__qualname__ = GradScaler.__name__ = "GradScaler"
-        patch(torch.amp, "GradScaler", GradScaler)
-        patch(torch.amp.grad_scaler, "GradScaler", GradScaler)
+        # Under the public names only. torch.amp.grad_scaler keeps the original, so every
+        # scaler, ours included, pickles as that class and loads in any process.
+        for owner in (torch.amp, torch):
+            if getattr(owner, "GradScaler", None) is scaler:
+                patch(owner, "GradScaler", GradScaler)

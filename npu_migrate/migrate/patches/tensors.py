@@ -22,7 +22,7 @@ from typing import Any, Callable
 import torch
 
 from npu_migrate import cuda_api
-from npu_migrate.migrate.callers import is_internal, record, switch_class
+from npu_migrate.migrate.callers import caller_aware, is_internal, record, switch_class
 from npu_migrate.migrate.mapping import map_device, target_device
 from npu_migrate.migrate.sim import index
 from npu_migrate.migrate.state import STATE, on_cpu, patch
@@ -87,12 +87,14 @@ def _install_device_apis() -> None:
     """Wrap every torch function, class and Tensor method whose device argument torch's metadata shows."""
     for qualname, param in cuda_api.device_apis().items():
         row = cuda_api.classify_torch(qualname, param.type)
-        if row is None or row.op != "device_arg":
+        if row is None or row.op not in ("device_arg", "device_query"):
             continue  # the others have their own patch; an unclassified API fails the coverage test
         owner, attr = _resolve(qualname)
         value = getattr(owner, attr)
         api = f"{qualname.replace('torch.Tensor.', 'Tensor.')}(device=)"
-        if inspect.isclass(value):
+        if row.op == "device_query":
+            patch(owner, attr, caller_aware(value, device_args(value, api), api, "redirected"))
+        elif inspect.isclass(value):
             patch(owner, attr, device_class(value, api, param.positional))
         else:
             patch(owner, attr, (device_args if param.positional else device_kwarg)(value, api))
