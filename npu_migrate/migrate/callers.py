@@ -69,6 +69,35 @@ def is_internal(filename: str) -> bool:
     return known
 
 
+# torch.compile evaluates the user's calls (torch.cuda.is_available(), x.is_cuda) inside
+# dynamo's own frames; the question belongs to the code being traced (see is_internal_caller).
+_DYNAMO = os.path.join("torch", "_dynamo", "")
+
+
+def traced_filename(frame: Any) -> str | None:
+    """The file of the code dynamo is tracing when ``frame`` is one of dynamo's, else None."""
+    while frame is not None and _DYNAMO in frame.f_code.co_filename:
+        local = frame.f_locals
+        tx = local.get("tx") or getattr(local.get("self"), "tx", None)  # a translator, or a builder's
+        code = getattr(tx, "f_code", None)
+        if code is not None:
+            return code.co_filename
+        frame = frame.f_back
+    return None
+
+
+def is_internal_caller(frame: Any) -> bool:
+    """:func:`is_internal` for the code running in ``frame``, or the code dynamo traces there."""
+    filename = frame.f_code.co_filename
+    if not is_internal(filename):
+        return False
+    if _DYNAMO in filename:
+        traced = traced_filename(frame)
+        if traced is not None:
+            return is_internal(traced)
+    return True
+
+
 def user_site(depth: int = 2) -> str:
     """``file:line`` of the nearest user frame at or above ``depth`` frames up, or ``"?"``."""
     frame = sys._getframe(depth)
@@ -90,7 +119,7 @@ def caller_aware(original: Callable[..., Any], replacement: Callable[..., Any], 
                  detail: str = "") -> Callable[..., Any]:
     """Torch and libraries get ``original``; user code gets ``replacement`` (and is counted)."""
     def call(*args: Any, **kwargs: Any) -> Any:
-        if is_internal(sys._getframe(1).f_code.co_filename):
+        if is_internal_caller(sys._getframe(1)):
             return original(*args, **kwargs)
         record(api, kind, detail)
         return replacement(*args, **kwargs)
@@ -104,7 +133,7 @@ class SwitchMeta(type):
     """A class stand-in: user code constructs ``_impl``, torch constructs ``_orig``; isinstance sees both."""
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
-        if is_internal(sys._getframe(1).f_code.co_filename):
+        if is_internal_caller(sys._getframe(1)):
             return cls._orig(*args, **kwargs)
         record(cls._api, cls._kind, cls._detail)
         return cls._impl(*args, **kwargs)

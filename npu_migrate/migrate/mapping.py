@@ -28,6 +28,7 @@ from npu_migrate.migrate.state import STATE
 from npu_migrate.registry import DeviceSpec
 
 _CUDA_RE = re.compile(r"^cuda(?::(\d+))?$")
+_CPU = torch.device("cpu")
 
 
 def target_device(index: int | None) -> torch.device:
@@ -35,10 +36,16 @@ def target_device(index: int | None) -> torch.device:
     spec = STATE.target
     assert spec is not None
     if not spec.is_accelerator:
-        return torch.device("cpu")
+        return _CPU
     # "cuda" with no index means the current device: name it, rather than leave the target's
     # index-less device to whatever the backend resolves it to.
     return torch.device(spec.name, _device.current_device_index() if index is None else index)
+
+
+# Fast path: what each CUDA device string became, for the target it was computed for. "cuda"
+# alone names the current device, which changes on an accelerator: it is cached only on the CPU.
+_CACHE: dict[Any, Any] = {}
+_CACHED_FOR: list[Any] = [None]
 
 
 def map_device(value: Any) -> Any:
@@ -47,10 +54,20 @@ def map_device(value: Any) -> Any:
     if kind is str:
         if not value.startswith("cuda"):
             return value
+        if _CACHED_FOR[0] is STATE.target:
+            hit = _CACHE.get(value)
+            if hit is not None:
+                return hit
+        else:
+            _CACHE.clear()
+            _CACHED_FOR[0] = STATE.target
         match = _CUDA_RE.match(value)
         if match is None:
             return value
-        return target_device(int(match.group(1)) if match.group(1) else None)
+        mapped = target_device(int(match.group(1)) if match.group(1) else None)
+        if match.group(1) or not STATE.target.is_accelerator:  # type: ignore[union-attr]
+            _CACHE[value] = mapped
+        return mapped
     if kind is torch.device:
         return target_device(value.index) if value.type == "cuda" else value
     if kind is int:

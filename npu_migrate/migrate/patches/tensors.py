@@ -22,7 +22,7 @@ from typing import Any, Callable
 import torch
 
 from npu_migrate import cuda_api
-from npu_migrate.migrate.callers import caller_aware, is_internal, record, switch_class
+from npu_migrate.migrate.callers import caller_aware, is_internal_caller, record, switch_class
 from npu_migrate.migrate.mapping import map_device, target_device
 from npu_migrate.migrate.sim import index
 from npu_migrate.migrate.state import STATE, on_cpu, patch
@@ -32,6 +32,8 @@ def remap_device_kwarg(kwargs: dict[str, Any], api: str) -> None:
     """Map ``kwargs["device"]`` in place when it is a CUDA device, and count it as ``api``."""
     dev = kwargs.get("device")
     if dev is not None:
+        if type(dev) is str and not dev.startswith("cuda"):
+            return  # the common "cpu"/"npu:0": no call at all
         mapped = map_device(dev)
         if mapped is not dev:
             kwargs["device"] = mapped
@@ -122,10 +124,13 @@ def _storage_method(original: Any, is_new: bool) -> Any:
 def to_wrapper(original: Callable[..., Any], api: str) -> Callable[..., Any]:
     """``Tensor.to``/``Module.to`` with a CUDA device, positional or keyword, mapped to the target."""
 
+    device_type = torch.device
+
     def to(self: Any, *args: Any, **kwargs: Any) -> Any:
         if args:
             first = args[0]
-            if type(first) in (str, torch.device, int):
+            kind = type(first)
+            if (kind is str and first.startswith("cuda")) or kind is device_type or kind is int:
                 mapped = map_device(first)
                 if mapped is not first:
                     args = (mapped, *args[1:])
@@ -161,7 +166,7 @@ def install() -> None:
     name = STATE.target.name  # type: ignore[union-attr]
 
     def get_is_cuda(self: Any) -> bool:
-        if is_internal(sys._getframe(1).f_code.co_filename):
+        if is_internal_caller(sys._getframe(1)):
             return is_cuda.__get__(self)
         record("Tensor.is_cuda")
         return self.device.type == name
