@@ -5,6 +5,7 @@ Usage::
     from npu_migrate.migrate.patches import compiled
 
     compiled.install()   # torch.autocast("cuda") inside torch.compile runs the target's autocast
+                         # (dynamo is patched when torch.compile first runs: importing it costs seconds)
 
 Dynamo evaluates ``torch.cuda.is_available()`` and ``x.is_cuda`` itself while tracing, from its
 own frames: :func:`npu_migrate.migrate.callers.is_internal_caller` classifies those calls by the
@@ -17,6 +18,7 @@ as :mod:`.data_amp` does in eager code.
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import Any
 
@@ -25,7 +27,26 @@ from npu_migrate.migrate.state import STATE, patch
 
 
 def install() -> None:
-    """Wrap dynamo's autocast factory, where this torch has one (torch >= 2.1)."""
+    """Patch dynamo now if it is imported, else on the first ``torch.compile`` (importing it costs seconds)."""
+    import torch
+
+    if "torch._dynamo" in sys.modules:
+        _install_dynamo()
+        return
+    compile_ = torch.compile
+    done: list[bool] = []
+
+    def compile(*args: Any, **kwargs: Any) -> Any:  # noqa: A001 - torch's name
+        if not done:
+            done.append(True)
+            _install_dynamo()
+        return compile_(*args, **kwargs)
+
+    functools.update_wrapper(compile, compile_)
+    patch(torch, "compile", compile)
+
+
+def _install_dynamo() -> None:
     try:
         from torch._dynamo.variables.ctx_manager import AutocastModeVariable
     except ImportError:  # a torch without dynamo: nothing is compiled
