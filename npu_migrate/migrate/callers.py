@@ -89,7 +89,8 @@ def traced_filename(frame: Any) -> str | None:
 def is_internal_caller(frame: Any) -> bool:
     """:func:`is_internal` for the code running in ``frame``, or the code dynamo traces there."""
     filename = frame.f_code.co_filename
-    if not is_internal(filename):
+    known = _CLASSIFIED.get(filename)  # the hot path: one dict lookup for a file already seen
+    if known is False or (known is None and not is_internal(filename)):
         return False
     if _DYNAMO in filename:
         traced = traced_filename(frame)
