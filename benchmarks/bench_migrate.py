@@ -2,7 +2,7 @@
 
 Usage::
 
-    python benchmarks/bench_migrate.py [--rounds 31] [--steps 300]
+    python benchmarks/bench_migrate.py [--rounds 31] [--steps 300] [--small-rounds 41] [--small-steps 400]
 
 One process, one thread. Each round times a block of ``--steps`` training steps of the CUDA-style
 loop (``.cuda()`` on the model and every batch, ``torch.cuda.synchronize()``) with migration
@@ -10,6 +10,12 @@ installed, and a block of the same loop written for the CPU with migration unins
 alternating order. Running both in the same process removes the run-to-run noise of separate
 processes (different memory layouts change a 2 ms step by +-30% here). Prints the median per-step
 time of each and the median of the per-round ratios (goal: <= 1.03).
+
+The small-step case (issue 12) is a ~450 us CPU step where the redirected calls weigh most: two
+``.to("cuda")``, one factory with ``device="cuda"`` and a ``torch.cuda.synchronize()`` around a tiny
+model, against the same step written for the CPU (``.to("cpu")``, ``device="cpu"``), in alternating
+blocks of one process. It prints the median per-round ratio (goal <= 1.03) and the cost of one
+redirected call (``x.to("cuda")`` migrated minus ``x.to("cpu")`` native) in ns.
 """
 
 from __future__ import annotations
@@ -60,12 +66,98 @@ def cpu_style(model: nn.Module, optimizer: torch.optim.Optimizer, data: list, st
     return (time.perf_counter() - t0) / steps
 
 
+def small_model() -> tuple[nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 128), nn.ReLU(), nn.Linear(128, 10))
+    return model, torch.optim.SGD(model.parameters(), lr=1e-3)
+
+
+def small_cuda_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> None:
+    """One small step as written for a GPU: two .to(), one factory, a synchronize."""
+    x, y = x.to("cuda", non_blocking=True), y.to("cuda", non_blocking=True)
+    noise = torch.randn(x.shape, device="cuda")
+    loss = nn.functional.cross_entropy(model(x + 0.01 * noise), y)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    torch.cuda.synchronize()
+
+
+def small_cpu_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> None:
+    """The same step written for the CPU."""
+    x, y = x.to("cpu", non_blocking=True), y.to("cpu", non_blocking=True)
+    noise = torch.randn(x.shape, device="cpu")
+    loss = nn.functional.cross_entropy(model(x + 0.01 * noise), y)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+
+
+def small_step_case(rounds: int, steps: int) -> None:
+    """The issue's small-step case: migrated and native blocks alternate in this process."""
+    model, optimizer = small_model()
+    batches = [(torch.randn(32, 32), torch.randint(0, 10, (32,))) for _ in range(8)]
+
+    def block(step_fn: object) -> float:
+        t0 = time.perf_counter()
+        for i in range(steps):
+            x, y = batches[i % len(batches)]
+            step_fn(model, optimizer, x, y)  # type: ignore[operator]
+        return (time.perf_counter() - t0) / steps
+
+    def migrated() -> float:
+        with migrate.enabled(device="cpu"):
+            return block(small_cuda_step)
+
+    def native() -> float:
+        return block(small_cpu_step)
+
+    migrated(), native()  # warm-up
+    results: dict[str, list[float]] = {"migrated": [], "native": []}
+    for i in range(rounds):
+        order = [("migrated", migrated), ("native", native)]
+        for name, fn in (order if i % 2 == 0 else order[::-1]):
+            results[name].append(fn())
+    ratios = [a / b for a, b in zip(results["migrated"], results["native"])]
+    quart = statistics.quantiles(ratios, n=4)
+    print(f"small step: migrated {statistics.median(results['migrated']) * 1e6:.0f} us, native "
+          f"{statistics.median(results['native']) * 1e6:.0f} us (median of {rounds} blocks of {steps} steps)")
+    print(f"small step ratio migrated / native: median {statistics.median(ratios):.3f} "
+          f"(quartiles {quart[0]:.3f}-{quart[2]:.3f}); goal <= 1.03")
+    x = batches[0][0]
+    n = 50000
+
+    def per_call(target: str) -> float:
+        best = float("inf")
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                x.to(target)
+            best = min(best, (time.perf_counter() - t0) / n)
+        return best
+
+    native_call = per_call("cpu")
+    with migrate.enabled(device="cpu"):
+        migrated_call = per_call("cuda")
+    print(f"one redirected call: x.to('cuda') migrated {migrated_call * 1e9:.0f} ns, x.to('cpu') native "
+          f"{native_call * 1e9:.0f} ns: {(migrated_call - native_call) * 1e9:.0f} ns added")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=31, help="Blocks of each loop (default: %(default)s).")
     parser.add_argument("--steps", type=int, default=300, help="Steps per block (default: %(default)s).")
+    parser.add_argument("--small-rounds", type=int, default=41,
+                        help="Blocks of each small step (default: %(default)s; 0 skips the case).")
+    parser.add_argument("--small-steps", type=int, default=400,
+                        help="Small steps per block (default: %(default)s).")
+    parser.add_argument("--only-small", action="store_true", help="Run only the small-step case.")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.small_rounds:
+        small_step_case(args.small_rounds, args.small_steps)
+    if args.only_small:
+        return
     data = [(torch.randn(64, 64), torch.randint(0, 10, (64,))) for _ in range(16)]
     # One model and optimizer for both loops: on the CPU target .cuda() returns the same module,
     # so the only difference between the blocks is the migration's own work.

@@ -6,7 +6,7 @@ Usage::
 
     after_torch_import(install_migration)   # now, if torch is already imported
 
-Runtime migration (:mod:`npu_migrate._migrate_hook`) and the ``--probe`` recording
+Runtime migration (:mod:`npu_migrate.migrate.hook`) and the ``--probe`` recording
 (:mod:`npu_migrate.compare._hook`) both arm themselves this way from the bootstrap
 ``sitecustomize``. One finder on ``sys.meta_path`` watches for ``torch`` only, lets it import as
 usual, runs the callbacks in the order they were added once ``torch/__init__.py`` has run, and

@@ -52,3 +52,7 @@ class StorageError(NpuMigrateError, OSError):
 def exit_code(exc: BaseException) -> int:
     """The process exit code for ``exc``: 2 for usage errors, 1 for every other failure."""
     return int(getattr(exc, "exit_code", 1))
+
+
+class MigrationError(NpuMigrateError, RuntimeError):
+    """A CUDA API that runtime migration cannot map to the target device (:mod:`npu_migrate.migrate`)."""

@@ -89,7 +89,7 @@ def test_only_devices_move(tmp_path: Path) -> None:
 
 def test_cuda_amp_events_and_unmapped_calls() -> None:
     from npu_migrate import migrate
-    from npu_migrate.migrate._report import REPORT
+    from npu_migrate.migrate.report import REPORT
 
     REPORT.reset()
     with migrate.enabled(device="cpu"):

@@ -3,7 +3,7 @@
 ``npu-migrate run``, ``python -m npu_migrate.launch --migrate`` and ``import npu_migrate.auto`` put
 this folder first on PYTHONPATH and set NPU_MIGRATE_MIGRATE=1 (``--probe DIR`` sets NPU_MIGRATE_PROBE), so every Python process the job
 starts (mp.spawn and forkserver children, DataLoader workers, ``python`` subprocesses) migrates
-too. It runs the sitecustomize it shadows, if any, then arms npu_migrate._migrate_hook, which
+too. It runs the sitecustomize it shadows, if any, then arms npu_migrate.migrate.hook, which
 installs the migration when the process imports torch, and npu_migrate.compare._hook, which starts
 the probe then.
 """
@@ -26,7 +26,7 @@ def _run_shadowed_sitecustomize() -> None:
 _run_shadowed_sitecustomize()
 if os.environ.get("NPU_MIGRATE_MIGRATE") == "1":
     try:
-        from npu_migrate._migrate_hook import arm
+        from npu_migrate.migrate.hook import arm
 
         arm()
     except Exception as exc:  # noqa: BLE001 - a broken hook must not stop the interpreter

@@ -1,6 +1,6 @@
 """Arms the probe in a new interpreter when ``NPU_MIGRATE_PROBE`` is set, without importing torch first.
 
-Imported by ``npu_migrate/_bootstrap/sitecustomize.py``. Like :mod:`npu_migrate._migrate_hook`,
+Imported by ``npu_migrate/_bootstrap/sitecustomize.py``. Like :mod:`npu_migrate.migrate.hook`,
 it starts :func:`npu_migrate.compare.probe.install_from_env` once ``torch/__init__.py`` has run
 (:mod:`npu_migrate._torch_hook`). A
 launcher's fork server imports torch before it forks workers, so every worker starts with the

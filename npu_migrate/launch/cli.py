@@ -141,10 +141,10 @@ def run(args: argparse.Namespace) -> int:
     report_dir = None
     if args.migrate and not args.dry_run:
         # Before the fork server starts: it imports torch, and the migration must be armed there.
-        from npu_migrate import _migrate_hook
+        from npu_migrate.migrate import environment as migrate_env
 
         report_dir = tempfile.mkdtemp(prefix="npu_migrate_report_") if args.migrate_report else None
-        _migrate_hook.export_environment(args.device, args.nproc or 1, report_dir)
+        migrate_env.export_environment(args.device, args.nproc or 1, report_dir)
     methods: list[str] = []
     try:
         cfg = make_config(args.nproc, args.nnodes, args.node_rank, args.addr, args.port, args.device,

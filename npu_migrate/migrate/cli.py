@@ -50,7 +50,7 @@ def build_parser(subparsers: Any = None) -> argparse.ArgumentParser:
 
 def write_report(report_dir: str, path: str) -> str:
     """Merge every process's record in ``report_dir`` into ``path``; return a one-line summary."""
-    from npu_migrate.migrate import _report
+    from npu_migrate.migrate import report as _report
 
     merged = _report.merge(report_dir)
     _report.write(merged, path)
@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
             if sys.exc_info()[0] is None:  # a script that raised says more than "nothing recorded"
                 code = probe_settings.finish_job(probe, code)
         if report_dir:
-            from npu_migrate.migrate._report import REPORT
+            from npu_migrate.migrate.report import REPORT
 
             REPORT.dump()
             print(f"npu-migrate run: {write_report(report_dir, args.migrate_report)}", file=sys.stderr)

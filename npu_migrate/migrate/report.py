@@ -1,5 +1,12 @@
 """What one process's migration redirected, and the merge of many processes' records.
 
+Usage::
+
+    from npu_migrate.migrate import report
+
+    report.REPORT.record("Tensor.cuda", "redirected", "train.py:12")
+    report.write(report.merge(directory), "report.md")
+
 Each process keeps counts in memory and, when a report directory is set
 (``NPU_MIGRATE_REPORT_DIR``), writes ``migrate-<host>-<pid>.json`` there when it ends. The
 launcher and ``npu-migrate run`` merge those files into one markdown or JSON report.
@@ -14,7 +21,7 @@ import socket
 import sys
 from typing import Any
 
-ENV_REPORT_DIR = "NPU_MIGRATE_REPORT_DIR"
+from npu_migrate.migrate.environment import ENV_REPORT_DIR
 
 KINDS = ("redirected", "noop", "unmapped")
 

@@ -1,0 +1,50 @@
+"""The environment that carries runtime migration into every Python process a job starts (torch-free).
+
+Usage::
+
+    from npu_migrate.migrate.environment import export_environment
+
+    export_environment("cpu", 2, report_dir)   # every Python process started from now on migrates
+
+Children read these variables: ``npu_migrate/_bootstrap/sitecustomize.py`` (first on
+``PYTHONPATH``) arms :mod:`npu_migrate.migrate.hook` when ``NPU_MIGRATE_MIGRATE=1``, and
+``install()`` reads the target, the simulated device count and the report directory.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable, Optional
+
+ENV_MIGRATE = "NPU_MIGRATE_MIGRATE"
+ENV_SIM_DEVICES = "NPU_MIGRATE_SIM_DEVICES"
+ENV_REPORT_DIR = "NPU_MIGRATE_REPORT_DIR"
+BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_bootstrap")
+
+
+def export_environment(device: str | None = None, device_count: int | None = None,
+                       report_dir: str | None = None,
+                       set_env: Optional[Callable[[str, str], None]] = None) -> None:
+    """Make every Python process started from now on migrate too (no torch import needed).
+
+    Sets NPU_MIGRATE_MIGRATE=1, puts npu_migrate/_bootstrap (a sitecustomize that arms the
+    migration when torch is imported) first on PYTHONPATH, and passes the target family, the
+    simulated device count and the report directory on.
+
+    Args:
+        device: target family for the children (``None`` or ``"auto"``: their own detection).
+        device_count: on the CPU target, how many CUDA devices the children see.
+        report_dir: where each child writes its report when it ends.
+        set_env: how to set a variable (default: ``os.environ``); lets ``uninstall`` undo it.
+    """
+    put = set_env or os.environ.__setitem__
+    put(ENV_MIGRATE, "1")
+    path = os.environ.get("PYTHONPATH", "")
+    if BOOTSTRAP_DIR not in path.split(os.pathsep):
+        put("PYTHONPATH", os.pathsep.join(p for p in (BOOTSTRAP_DIR, path) if p))
+    if device and device != "auto":
+        put("NPU_MIGRATE_DEVICE", device)
+    if device_count is not None:
+        put(ENV_SIM_DEVICES, str(device_count))
+    if report_dir:
+        put(ENV_REPORT_DIR, report_dir)

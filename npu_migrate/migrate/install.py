@@ -1,0 +1,105 @@
+"""Switching runtime migration on and off: :func:`install`, :func:`uninstall`, :func:`enabled`.
+
+Usage::
+
+    from npu_migrate.migrate.install import enabled, install
+
+    install(device="cpu", device_count=2, propagate=True)
+    with enabled(device="cpu"):
+        ...
+
+:func:`install` chooses the target, fills :data:`npu_migrate.migrate.state.STATE` and applies
+every area of :mod:`npu_migrate.migrate.patches`; :func:`uninstall` puts every original back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+from typing import Iterator
+
+from npu_migrate import device as _device
+from npu_migrate.migrate import callers, environment
+from npu_migrate.migrate.mapping import map_environment
+from npu_migrate.migrate.patches import AREAS
+from npu_migrate.migrate.report import REPORT
+from npu_migrate.migrate.sim import count_from_env
+from npu_migrate.migrate.state import STATE, is_installed, rollback, set_env
+
+
+def install(device: str | None = None, device_count: int | None = None, propagate: bool = False,
+            report_dir: str | None = None) -> str:
+    """Switch runtime migration on in this process (idempotent).
+
+    Args:
+        device: target family; default: what the device layer picks (``NPU_MIGRATE_DEVICE``,
+            else detection).
+        device_count: on the CPU target, how many CUDA devices the script sees (default:
+            ``NPU_MIGRATE_SIM_DEVICES``, else the count of ``CUDA_VISIBLE_DEVICES``, else 1).
+        propagate: also switch it on in every Python process this one starts (see
+            :func:`export_environment`).
+        report_dir: write this process's report there at exit (``NPU_MIGRATE_REPORT_DIR``).
+
+    Returns:
+        The target family (``"npu"``, ``"cpu"``, or ``"cuda"``, where nothing changes).
+    """
+    with STATE.lock:
+        if STATE.target is not None:
+            return STATE.target.name
+        # Before anything asks the device for its count: torch_npu's runtime reads the mask once,
+        # when it first starts, and choosing the family already starts it.
+        requested = (device or os.environ.get(_device.ENV_DEVICE) or "auto").strip().lower()
+        if requested == "npu" or (requested == "auto" and importlib.util.find_spec("torch_npu") is not None):
+            map_environment(_device.DEVICES["npu"])
+        spec = _device.device_spec(device)
+        if propagate:
+            export_environment(spec.name, device_count, report_dir)
+        elif report_dir:
+            set_env(environment.ENV_REPORT_DIR, report_dir)
+        REPORT.target = spec.name
+        STATE.target = spec
+        if spec.name == "cuda":
+            return spec.name  # nothing to move
+        callers.reset()
+        STATE.count = device_count if device_count is not None else (
+            count_from_env() if not spec.is_accelerator else _device.device_count())
+        STATE.current = 0
+        if spec.is_accelerator:
+            map_environment(spec)
+        for install_area in AREAS:
+            install_area()
+        return spec.name
+
+
+def uninstall() -> None:
+    """Switch runtime migration off: every patched attribute and variable gets its original back."""
+    rollback()
+
+
+def export_environment(device: str | None = None, device_count: int | None = None,
+                       report_dir: str | None = None) -> None:
+    """Make every Python process started from now on migrate too; :func:`uninstall` undoes it.
+
+    Sets ``NPU_MIGRATE_MIGRATE=1``, puts ``npu_migrate/_bootstrap`` (a ``sitecustomize`` that arms
+    the migration when torch is imported) first on ``PYTHONPATH``, and passes the target, the
+    simulated device count and the report directory on.
+    """
+    environment.export_environment(device, device_count, report_dir, set_env=set_env)
+
+
+def install_from_env() -> str:
+    """Install with the settings exported by :func:`export_environment` (used by the start-up hook)."""
+    return install()
+
+
+@contextlib.contextmanager
+def enabled(device: str | None = None, device_count: int | None = None, propagate: bool = False) -> Iterator[str]:
+    """``with migrate.enabled(device="cpu", device_count=2):`` migration on inside, off after."""
+    was_on = is_installed()
+    name = install(device, device_count, propagate)
+    try:
+        yield name
+    finally:
+        if not was_on:
+            uninstall()

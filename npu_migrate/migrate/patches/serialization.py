@@ -1,0 +1,49 @@
+"""``torch.load``: CUDA locations in a checkpoint and in ``map_location`` land on the target.
+
+Usage::
+
+    from npu_migrate.migrate.patches import serialization
+
+    serialization.install()   # torch.load(f) of a CUDA checkpoint restores onto the target
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+
+from npu_migrate.migrate.callers import record
+from npu_migrate.migrate.mapping import map_device
+from npu_migrate.migrate.state import patch
+
+
+def install() -> None:
+    """Patch ``torch.load`` so a missing, CUDA or dict ``map_location`` restores onto the target."""
+    load = torch.load
+    from torch.serialization import default_restore_location
+
+    def restore(storage: Any, location: str) -> Any:
+        return default_restore_location(storage, str(map_device(location)))
+
+    def torch_load(*args: Any, **kwargs: Any) -> Any:
+        if len(args) >= 2:
+            kwargs["map_location"] = args[1]
+            args = args[:1]
+        where = kwargs.get("map_location")
+        if where is None:
+            mapped: Any = restore  # a CUDA checkpoint must not try to restore onto CUDA
+        elif isinstance(where, dict):
+            mapped = {k: (str(map_device(v)) if isinstance(v, str) else map_device(v)) for k, v in where.items()}
+        elif callable(where):
+            mapped = where
+        else:
+            mapped = map_device(where)
+        if mapped is not where and where is not None:
+            record("torch.load(map_location=)")
+        kwargs["map_location"] = mapped
+        return load(*args, **kwargs)
+
+    functools.update_wrapper(torch_load, load)
+    patch(torch, "load", torch_load)

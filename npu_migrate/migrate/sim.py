@@ -1,0 +1,171 @@
+"""The simulated CUDA of the CPU target: N devices, a current device, and torch.cuda's CPU answers.
+
+Usage::
+
+    from npu_migrate.migrate import sim
+
+    sim.set_device(1)            # torch.cuda.set_device(1) on the CPU target
+    sim.CUDA_TABLE["device_count"]   # ("redirected", <answers STATE.count>, "")
+    sim.count_from_env()         # NPU_MIGRATE_SIM_DEVICES, else CUDA_VISIBLE_DEVICES' count, else 1
+
+On the CPU target the script sees ``STATE.count`` CUDA devices; :data:`CUDA_TABLE` and
+:data:`CUDA_CLASSES` hold what each ``torch.cuda`` function and class does there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+from types import SimpleNamespace
+from typing import Any, Callable
+
+import torch
+
+from npu_migrate.errors import MigrationError
+from npu_migrate.migrate.environment import ENV_SIM_DEVICES
+from npu_migrate.migrate.state import STATE
+
+
+def index(device: Any) -> int | None:
+    """The CUDA device index ``device`` names (``"cuda"`` alone: the current one), or None."""
+    if device is None:
+        return None
+    if isinstance(device, int):
+        return device
+    if isinstance(device, str):
+        device = torch.device(device)
+    if isinstance(device, torch.device):
+        return device.index if device.index is not None else STATE.current
+    return None
+
+
+class SimDevice:
+    """``with torch.cuda.device(i):`` on the CPU target."""
+
+    def __init__(self, device: Any) -> None:
+        self.index = index(device)
+        self.prev = 0
+
+    def __enter__(self) -> None:
+        self.prev = STATE.current
+        if self.index is not None and self.index >= 0:
+            set_device(self.index)
+
+    def __exit__(self, *exc: Any) -> None:
+        STATE.current = self.prev
+
+
+def set_device(device: Any) -> None:
+    """``torch.cuda.set_device`` on the CPU target: checks the index against the simulated count."""
+    i = index(device)
+    if i is None or i < 0:
+        return
+    if i >= STATE.count:
+        raise MigrationError(
+            f"torch.cuda.set_device({i}) but the script sees {STATE.count} simulated cuda device(s) on cpu. "
+            f"Start it with --device-num {i + 1} (or set {ENV_SIM_DEVICES})."
+        )
+    STATE.current = i
+
+
+def name(device: Any = None) -> str:
+    """``torch.cuda.get_device_name`` on the CPU target."""
+    i = STATE.current if index(device) is None else index(device)
+    return f"{platform.processor() or platform.machine() or 'CPU'} (cuda:{i} simulated on cpu by npu_migrate)"
+
+
+def host_memory() -> tuple[int, int]:
+    """``(free, total)`` bytes of host memory, or ``(0, 0)`` where the OS does not say."""
+    try:
+        page, total, free = os.sysconf("SC_PAGE_SIZE"), os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_AVPHYS_PAGES")
+        return int(free * page), int(total * page)
+    except (ValueError, OSError, AttributeError):
+        return 0, 0
+
+
+def properties(device: Any = None) -> SimpleNamespace:
+    """``torch.cuda.get_device_properties`` on the CPU target."""
+    return SimpleNamespace(
+        name=name(device), major=0, minor=0, total_memory=host_memory()[1],
+        multi_processor_count=os.cpu_count() or 1, is_integrated=True, is_multi_gpu_board=False,
+        uuid="", L2_cache_size=0,
+    )
+
+
+def count_from_env() -> int:
+    """How many CUDA devices the script sees on cpu: NPU_MIGRATE_SIM_DEVICES, CUDA_VISIBLE_DEVICES, or 1."""
+    value = os.environ.get(ENV_SIM_DEVICES)
+    if value:
+        return max(1, int(value))
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible:
+        return max(1, len([d for d in visible.split(",") if d.strip()]))
+    return 1
+
+
+def _zero(*args: Any, **kwargs: Any) -> int:
+    return 0
+
+
+def _none(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+# One table of what maps where on the CPU target. For every public callable of torch.cuda:
+#   key: the name; value: (kind, CPU implementation, note)
+#   kind "redirected": answered for the target device (on npu by torch.npu's function of that name)
+#   kind "noop": harmless on the target and documented as such
+# Names not in the table are "unmapped": a user call raises MigrationError, unless the npu target
+# has a function of the same name. Streams and events: npu_migrate.migrate.patches.streams.
+CUDA_TABLE: dict[str, tuple[str, Callable[..., Any], str]] = {
+    "is_available": ("redirected", lambda: True, ""),
+    "device_count": ("redirected", lambda: STATE.count, ""),
+    "current_device": ("redirected", lambda: STATE.current, ""),
+    "set_device": ("redirected", set_device, ""),
+    "get_device_name": ("redirected", name, ""),
+    "get_device_properties": ("redirected", properties, ""),
+    "get_device_capability": ("redirected", lambda device=None: (0, 0), "(0, 0) on cpu"),
+    "is_bf16_supported": ("redirected", lambda *a, **k: True, ""),
+    "is_tf32_supported": ("redirected", lambda *a, **k: False, ""),
+    "is_initialized": ("redirected", lambda: True, ""),
+    "init": ("noop", _none, ""),
+    "synchronize": ("noop", _none, "cpu work is synchronous"),
+    "empty_cache": ("noop", _none, "no device cache on cpu"),
+    "ipc_collect": ("noop", _none, ""),
+    "memory_allocated": ("noop", _zero, "0 on cpu"),
+    "max_memory_allocated": ("noop", _zero, "0 on cpu"),
+    "memory_reserved": ("noop", _zero, "0 on cpu"),
+    "max_memory_reserved": ("noop", _zero, "0 on cpu"),
+    "memory_cached": ("noop", _zero, "0 on cpu"),
+    "max_memory_cached": ("noop", _zero, "0 on cpu"),
+    "reset_peak_memory_stats": ("noop", _none, ""),
+    "reset_max_memory_allocated": ("noop", _none, ""),
+    "reset_max_memory_cached": ("noop", _none, ""),
+    "reset_accumulated_memory_stats": ("noop", _none, ""),
+    "memory_stats": ("noop", lambda *a, **k: {}, "{} on cpu"),
+    "memory_summary": ("noop", lambda *a, **k: "", "'' on cpu"),
+    "mem_get_info": ("redirected", lambda *a, **k: host_memory(), "host memory"),
+    "set_per_process_memory_fraction": ("noop", _none, ""),
+    "get_per_process_memory_fraction": ("noop", lambda *a, **k: 1.0, ""),
+    # The CPU generator is not the CUDA one: seeding "CUDA" must not reseed it, or the run would
+    # differ from the same script written for the CPU.
+    "manual_seed": ("noop", _none, "the cpu generator is seeded by torch.manual_seed"),
+    "manual_seed_all": ("noop", _none, "the cpu generator is seeded by torch.manual_seed"),
+    "seed": ("noop", _none, ""),
+    "seed_all": ("noop", _none, ""),
+    "initial_seed": ("redirected", lambda: torch.initial_seed(), "torch.initial_seed()"),
+    "get_rng_state": ("noop", lambda *a, **k: torch.ByteTensor(), "empty state: no CUDA generator"),
+    "get_rng_state_all": ("noop", lambda: [torch.ByteTensor() for _ in range(STATE.count)], "empty states"),
+    "set_rng_state": ("noop", _none, ""),
+    "set_rng_state_all": ("noop", _none, ""),
+    "get_arch_list": ("noop", lambda: [], ""),
+    "get_gencode_flags": ("noop", lambda: "", ""),
+    "get_sync_debug_mode": ("noop", _zero, ""),
+    "set_sync_debug_mode": ("noop", _none, ""),
+}
+# Classes of torch.cuda, as (kind, CPU implementation, note).
+CUDA_CLASSES: dict[str, tuple[str, Callable[..., Any], str]] = {
+    "device": ("redirected", SimDevice, ""),
+    "device_of": ("redirected", lambda obj: contextlib.nullcontext(), ""),
+}
