@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 from npu_migrate.launch import cluster
 from npu_migrate.launch.errors import LaunchError, LaunchUsageError
+from npu_migrate.launch.output import OutputSettings
 
 DEFAULT_PORT = 29500
 """MASTER_PORT when several nodes are launched and no --port is given (torchrun's default)."""
@@ -46,6 +47,7 @@ class LaunchConfig:
         device: device family of the workers.
         backend: torch.distributed backend of that family.
         log_dir: one ``rank{N}.log`` per rank here instead of the console.
+        output: prefix, console filter, --tee and --log-append (:mod:`.output`).
         max_restarts: how often the whole job is started again after a failure.
         join_timeout: seconds to wait for the other nodes' launchers.
         sources: where nnodes, node rank and address came from (flags, Slurm...).
@@ -73,6 +75,7 @@ class LaunchConfig:
     node_timeout: float = DEFAULT_NODE_TIMEOUT
     net_env: tuple[tuple[str, str], ...] = ()
     net_note: str = ""
+    output: OutputSettings = OutputSettings()
 
     @property
     def world_size(self) -> int:
@@ -255,6 +258,7 @@ def make_config(
     job_id: str | None = None,
     node_timeout: float = DEFAULT_NODE_TIMEOUT,
     identity: str = "",
+    output: OutputSettings | None = None,
 ) -> LaunchConfig:
     """Check the launcher's input and fill in what is missing; start nothing.
 
@@ -267,6 +271,7 @@ def make_config(
             the address, port and ``identity``).
         node_timeout: seconds without a heartbeat before a node counts as lost.
         identity: what the job runs, the same on every node (:meth:`Target.identity`).
+        output: the checked output flags (:func:`npu_migrate.launch.output.output_settings`).
 
     Raises:
         LaunchUsageError: input that cannot work, as one line.
@@ -296,6 +301,9 @@ def make_config(
             f"--device-num {nproc} is more than the {count} {spec.name} device(s) visible here{seen}. "
             f"Use --device-num {count} or fewer."
         )
+    output = output or OutputSettings()
+    first = plain["node_rank"] * nproc
+    output.check(nproc, log_dir, list(range(first, first + nproc)))
     # torchrun gives every rank 1 thread; sharing the node's cores keeps a lone rank as fast as
     # plain python and several ranks from oversubscribing. The worker also calls
     # torch.set_num_threads: the fork server imported torch before this value existed.
@@ -306,7 +314,8 @@ def make_config(
         nproc=nproc, device=spec.name, backend=backend, log_dir=log_dir,
         max_restarts=max_restarts, join_timeout=join_timeout, omp_threads=omp,
         job_id=job_id or default_job_id(plain["addr"], plain["port"], identity, environ),
-        node_timeout=node_timeout, net_env=tuple(sorted(net_env.items())), net_note=net_note, **plain,
+        node_timeout=node_timeout, net_env=tuple(sorted(net_env.items())), net_note=net_note, output=output,
+        **plain,
     )
 
 

@@ -39,6 +39,7 @@ from npu_migrate.errors import NpuMigrateError
 from npu_migrate.launch.config import DEFAULT_NODE_TIMEOUT, LaunchConfig, Target, make_config
 from npu_migrate.launch.errors import JobFailed, LaunchError, first_line, say
 from npu_migrate.launch.forkserver import start_fork_server, stop_fork_server
+from npu_migrate.launch.output import Relay, log_path
 from npu_migrate.launch.signals import SIGNAL_GRACE_S, STOP_GRACE_S, Interrupted, Signals
 from npu_migrate.launch.worker import worker_main
 
@@ -124,14 +125,21 @@ class Job:
         self.phase = "starting"
         self._context: Any = None
         self.error_dir = tempfile.mkdtemp(prefix="npu_migrate_launch_")
+        self.relay: Relay | None = None
+        self.attempt = 0
 
     # -- process handling
 
     def _start(self, attempt: int) -> list[Any]:
         import torch.multiprocessing as mp
 
+        self._drain()
         for name in os.listdir(self.error_dir):
             os.unlink(os.path.join(self.error_dir, name))
+        self.attempt = attempt
+        if self.cfg.output.relay:
+            self.relay = Relay(self.cfg.output, self.cfg, self.error_dir, attempt)
+            self.relay.start()
         # Keep the context for the whole attempt. On torch < 2.2 it holds one SimpleQueue per
         # worker, whose semaphore a forked worker opens by name while unpickling its arguments;
         # dropping the context unlinks them first, and the worker dies in SemLock.__setstate__
@@ -176,9 +184,15 @@ class Job:
                 pass
         self._context = None
 
+    def _drain(self) -> None:
+        """Every worker is gone: relay the rest of their output before the launcher says more."""
+        if self.relay is not None:
+            relay, self.relay = self.relay, None
+            relay.drain()
+
     def _failure_of(self, local: int, proc: Any) -> Failure:
         rank = self.cfg.rank(local)
-        log = os.path.join(self.cfg.log_dir, f"rank{rank}.log") if self.cfg.log_dir else None
+        log = log_path(self.cfg.log_dir, rank, self.attempt) if self.cfg.log_dir else None
         path = os.path.join(self.error_dir, f"rank{rank}.json")
         if os.path.exists(path):
             with open(path, encoding="utf-8") as fh:
@@ -244,6 +258,7 @@ class Job:
             finally:
                 if self.procs:
                     self._stop(self.procs, signal.SIGKILL, 0)
+                self._drain()
                 if self.rdzv is not None:
                     self.rdzv.close()
                 for name in os.listdir(self.error_dir):
@@ -258,6 +273,7 @@ class Job:
             if self.rdzv is not None and self.phase in ("running", "finishing"):
                 self.rdzv.abort(f"the launcher of node {self.cfg.node_rank} ({self.rdzv.host}) received {name}")
             self._stop(self.procs, sig, SIGNAL_GRACE_S)
+            self._drain()
         else:
             say(f"received {name} while {self.phase}: stopped; no rank is left running on node {self.cfg.node_rank}.")
         return 128 + sig
@@ -292,6 +308,8 @@ class Job:
             logger.info("node %s: %s", cfg.node_rank, self.phase)
             procs = self._start(attempt)
             outcome, detail = self._watch(procs)
+            if outcome == "ok":
+                self._drain()
             if outcome == "ok" and rdzv is not None:
                 self.phase = "finishing"
                 logger.info("node %s: %s", cfg.node_rank, self.phase)
@@ -307,12 +325,14 @@ class Job:
             running = sum(p.exitcode is None for p in procs)
             if outcome == "event" and detail.kind == "abort":
                 self._stop(procs)
+                self._drain()
                 say(f"error: {detail.message}")
                 return 1
             headline, lines, restartable = self._explain(outcome, detail)
             self.phase = "stopping the ranks"
             logger.info("node %s: %s", cfg.node_rank, self.phase)
             self._stop(procs)
+            self._drain()
             self.procs = []
             if self.signals.received is not None:  # asked to stop while tearing down
                 raise Interrupted(self.signals.received)
