@@ -286,6 +286,9 @@ def make_config(
         raise LaunchUsageError(f"--node-timeout {node_timeout:g} is too short: expected 3 seconds or more.")
     if join_timeout <= 0:
         raise LaunchUsageError(f"--join-timeout {join_timeout:g} is not positive: expected seconds to wait for the other nodes.")
+    output = output or OutputSettings()
+    if nproc is not None:  # before the fork server starts, where the count is known already
+        output.check(nproc, log_dir, plain["node_rank"])
     if before_device is not None:
         before_device()
     from npu_migrate import device as _device
@@ -301,9 +304,7 @@ def make_config(
             f"--device-num {nproc} is more than the {count} {spec.name} device(s) visible here{seen}. "
             f"Use --device-num {count} or fewer."
         )
-    output = output or OutputSettings()
-    first = plain["node_rank"] * nproc
-    output.check(nproc, log_dir, list(range(first, first + nproc)))
+    output.check(nproc, log_dir, plain["node_rank"])
     # torchrun gives every rank 1 thread; sharing the node's cores keeps a lone rank as fast as
     # plain python and several ranks from oversubscribing. The worker also calls
     # torch.set_num_threads: the fork server imported torch before this value existed.

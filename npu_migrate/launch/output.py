@@ -103,8 +103,8 @@ class OutputSettings:
             return self.template
         return DEFAULT_TEMPLATE if world_size > 1 else ""
 
-    def check(self, nproc: int, log_dir: str | None, ranks: list[int]) -> None:
-        """The checks that need the node's process count: filter range, earlier logs.
+    def check(self, nproc: int, log_dir: str | None, node_rank: int) -> None:
+        """The checks that need the node's process count: filter range, this node's earlier logs.
 
         Raises:
             LaunchUsageError: as one line.
@@ -117,9 +117,9 @@ class OutputSettings:
                     f"0-{nproc - 1}: the filter takes each node's local ranks, not global ranks.")
         if log_dir and not self.append and os.path.isdir(log_dir):
             names = set(os.listdir(log_dir))
-            for rank in ranks:
+            for rank in range(node_rank * nproc, (node_rank + 1) * nproc):
                 pattern = re.compile(rf"rank{rank}(\.attempt\d+)?\.log")
-                found = sorted(n for n in names if pattern.fullmatch(n))
+                found = sorted((n for n in names if pattern.fullmatch(n)), key=lambda n: (len(n), n))
                 if found:
                     raise LaunchUsageError(
                         f"--log-dir {log_dir} already holds {found[0]} from an earlier run: pass a new "
@@ -140,7 +140,7 @@ def _check_template(template: str) -> None:
     for match in Template.pattern.finditer(template):
         if match.group("invalid") is not None:
             raise LaunchUsageError(
-                f"--log-line-prefix-template {template!r} has a '$' at position {match.start('invalid')} "
+                f"--log-line-prefix-template {template!r} has a '$' at position {match.start()} "
                 "that starts no variable: write $$ for a dollar sign, or ${name}.")
         name = match.group("named") or match.group("braced")
         if name is not None and name not in TEMPLATE_VARS:

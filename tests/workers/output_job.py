@@ -4,14 +4,24 @@
                   written by print() (two writes each when PYTHONUNBUFFERED=1), at full speed
   --progress      a tqdm-like bar on stderr: ``\\r`` redraws, then a newline
   --partial       a last stdout line without a newline
+  --orphan        rank 0 starts ``sleep`` in a new session that keeps its stdout open (pid in
+                  $OUT_DIR/orphan.pid): the launcher must not wait for it
+  --killed-first  on the first attempt, once rank 1 has written everything, rank 0 SIGKILLs itself
+                  (rank 1 waits for the launcher to end it)
 Every rank also writes ``stderr from rank <rank>`` on stderr.
 """
 
 import os
+import signal
+import subprocess
 import sys
+import time
+from pathlib import Path
 
 rank = int(os.environ["RANK"])
 letter = "abcdefgh"[rank % 8]
+out = Path(os.environ["OUT_DIR"])
+first_attempt = os.environ["TORCHELASTIC_RESTART_COUNT"] == "0"
 
 
 def flag(name: str) -> str | None:
@@ -28,3 +38,15 @@ if "--progress" in sys.argv:
     sys.stderr.write("\n")
 if "--partial" in sys.argv:
     sys.stdout.write(f"tail of rank {rank}")
+if "--orphan" in sys.argv and rank == 0:
+    orphan = subprocess.Popen(["sleep", "1000"], start_new_session=True)
+    (out / "orphan.pid").write_text(str(orphan.pid))
+if "--killed-first" in sys.argv and first_attempt:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if rank == 1:
+        (out / "rank1.done").touch()
+        time.sleep(1000)  # only the launcher ends it
+    while not (out / "rank1.done").exists():
+        time.sleep(0.05)
+    os.kill(os.getpid(), signal.SIGKILL)
