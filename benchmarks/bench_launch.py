@@ -14,6 +14,13 @@ when the group was joined, and when the launcher had exited.
 Then two launchers as two nodes on loopback (1 rank each): the time from starting both until
 both say every node joined (the rendezvous), and the time from SIGKILL of node 1's launcher until
 node 0's launcher has ended the job (``--node-timeout``, default 20 s, plus the check interval).
+
+Then the output relay's cost (issue 11): a 2-rank job printing 200,000 lines in total, its console
+a file (as ``> train.log``), run through the relay (default prefix on) and with the workers on
+the launcher's own descriptors (``--inherit-output``, the pre-relay behaviour), alternating; the
+median wall-time ratio (goal: <= 1.05), with Python's default buffering and with
+``PYTHONUNBUFFERED=1``, and the ranks' own printing time. Each relayed run is checked for every
+line, whole.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import socket
 import statistics
@@ -68,8 +76,21 @@ def main() -> None:
                         help="Runs of the two-node join and node-loss measurement (default: %(default)s).")
     parser.add_argument("--node-timeout", type=float, default=20.0,
                         help="The launchers' --node-timeout in that measurement (default: %(default)s, the launcher's).")
+    parser.add_argument("--relay-rounds", type=int, default=5,
+                        help="Runs of each mode in the output relay measurement (default: %(default)s).")
+    parser.add_argument("--relay-lines", type=int, default=200_000,
+                        help="Lines the 2 ranks print in total there (default: %(default)s).")
+    parser.add_argument("--only", choices=["startup", "nodes", "relay"], default=None,
+                        help="Run only one of the measurements (default: all).")
     args = parser.parse_args()
+    if args.only in (None, "relay"):
+        relay(args.relay_rounds, args.relay_lines)
+    if args.only == "relay":
+        return
 
+    if args.only == "nodes":
+        multinode(args.node_rounds, args.node_timeout)
+        return
     import_torch = []
     for _ in range(3):
         t0 = time.perf_counter()
@@ -86,7 +107,8 @@ def main() -> None:
             for name in order:
                 runs[name].append(run_once(cmds[name], optimizer))
         report(runs, args, optimizer, statistics.median(import_torch))
-    multinode(args.node_rounds, args.node_timeout)
+    if args.only is None or args.only == "nodes":
+        multinode(args.node_rounds, args.node_timeout)
 
 
 HOLD_JOB = """
@@ -154,6 +176,69 @@ def multinode(rounds: int, node_timeout: float) -> None:
     print(f"node 1's launcher SIGKILLed to node 0's job ended: {statistics.median(losses):6.2f} "
           f"(per run: {', '.join(f'{j:.2f}' for j in losses)}; --node-timeout {node_timeout:g}; goal <= 30 "
           "with the default 20)")
+
+
+PRINT_JOB = """
+import os, sys, time
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+count = int(os.environ["BENCH_LINES"]) // world
+line = f"rank {rank} step loss=0.123456 lr=0.001 " + "x" * 30
+t0 = time.perf_counter()
+for i in range(count):
+    print(line, i)
+sys.stdout.flush()
+with open(os.path.join(os.environ["BENCH_DIR"], f"print{rank}"), "w") as fh:
+    fh.write(repr(time.perf_counter() - t0))
+"""
+
+
+def _print_run(script: Path, work: Path, lines: int, inherit: bool, unbuffered: bool) -> dict[str, float]:
+    cmd = [sys.executable, "-m", "npu_migrate.launch", "--device-num", "2",
+           *(["--inherit-output"] if inherit else []), str(script)]
+    env = dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo", BENCH_DIR=str(work), BENCH_LINES=str(lines))
+    env.pop("PYTHONUNBUFFERED", None)
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    console = work / "console.txt"
+    with console.open("wb") as out:
+        t0 = time.perf_counter()
+        code = subprocess.run(cmd, env=env, stdout=out, stderr=subprocess.PIPE, timeout=600).returncode
+        wall = time.perf_counter() - t0
+    if code != 0:
+        raise SystemExit(f"error: the print job failed ({code})")
+    if not inherit:  # every line arrived, whole, with its rank's prefix
+        with console.open("rb") as fh:
+            got = sum(1 for line in fh if re.fullmatch(rb"\[\S+ node0 rank(\d)\] rank \1 step .* \d+\n", line))
+        if got != lines:
+            raise SystemExit(f"error: the relay delivered {got} whole lines of {lines}")
+    printing = max(float((work / f"print{r}").read_text()) for r in (0, 1))
+    return {"wall": wall, "printing": printing}
+
+
+def relay(rounds: int, lines: int) -> None:
+    """The output relay against inherited descriptors on a job that prints ``lines`` lines."""
+    print(f"\noutput relay: 2 ranks print {lines:,} lines in total to the launcher's console (a file); "
+          f"{rounds} alternating runs each, medians in seconds")
+    print(f"{'buffering':<20} {'mode':<22} {'printing':>8} {'wall':>7}")
+    with tempfile.TemporaryDirectory(prefix="bench_relay_") as tmp:
+        work = Path(tmp)
+        script = work / "print_job.py"
+        script.write_text(PRINT_JOB)
+        _print_run(script, work, lines, False, False)  # warm the page cache
+        for unbuffered in (False, True):
+            runs: dict[bool, list[dict[str, float]]] = {True: [], False: []}
+            for i in range(rounds):
+                for inherit in ((True, False) if i % 2 == 0 else (False, True)):
+                    runs[inherit].append(_print_run(script, work, lines, inherit, unbuffered))
+            buffering = "PYTHONUNBUFFERED=1" if unbuffered else "default (block)"
+            for inherit, name in ((True, "inherited descriptors"), (False, "relay")):
+                med = {k: statistics.median(r[k] for r in runs[inherit]) for k in ("printing", "wall")}
+                print(f"{buffering:<20} {name:<22} {med['printing']:>8.2f} {med['wall']:>7.2f}")
+            ratios = [a["wall"] / b["wall"] for a, b in zip(runs[False], runs[True])]
+            printing = [a["printing"] / b["printing"] for a, b in zip(runs[False], runs[True])]
+            print(f"{buffering:<20} wall-time ratio relay / inherited: median {statistics.median(ratios):.3f} "
+                  f"(per round: {', '.join(f'{r:.3f}' for r in ratios)}); goal <= 1.05; "
+                  f"printing-time ratio {statistics.median(printing):.2f}")
 
 
 def report(runs: dict[str, list[dict[str, float]]], args: argparse.Namespace, optimizer: bool, import_s: float) -> None:

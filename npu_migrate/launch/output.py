@@ -44,8 +44,8 @@ What it owns:
 
 from __future__ import annotations
 
-import errno
 import fcntl
+import logging
 import os
 import re
 import select
@@ -57,7 +57,9 @@ from dataclasses import dataclass
 from string import Template
 from typing import Any
 
-from npu_migrate.launch.errors import LaunchUsageError
+from npu_migrate.launch.errors import LaunchUsageError, say
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_TEMPLATE = "[${host} node${node_rank} rank${rank}] "
 """The console prefix with world size > 1 when no --log-line-prefix-template is given."""
@@ -332,7 +334,11 @@ class Relay:
         except OSError:
             data = b""
         if data:
-            self._feed(stream, data)
+            try:
+                self._feed(stream, data)
+            except Exception:  # noqa: BLE001 - never stop reading: a full pipe would stall the rank
+                logger.exception("output relay: dropping a stream's output after an error")
+                stream.console = stream.file = None
             return True
         self._end(stream)
         return False
@@ -356,7 +362,11 @@ class Relay:
     def _emit(self, stream: _Stream, whole: bytes) -> None:
         """Write whole lines (ending in \\n or \\r) to the log file and, prefixed, the console."""
         if stream.file is not None:
-            _write_all(stream.file, whole)
+            try:
+                _write_all(stream.file, whole)
+            except OSError as exc:  # a full disk: the log file stops, the job goes on
+                say(f"could not write to a rank's log in --log-dir ({exc.strerror}); its output there stops.")
+                stream.file = None
         if stream.console is None or not self._console_ok[stream.console]:
             return
         prefix = stream.prefix
@@ -374,11 +384,8 @@ class Relay:
             out = b"".join(parts)
         try:
             _write_all(stream.console, out)
-        except OSError as exc:  # the reader of our output left (`| head`): keep draining
-            if exc.errno in (errno.EPIPE, errno.EBADF):
-                self._console_ok[stream.console] = False
-            else:
-                raise
+        except OSError:  # the reader of our output left (`| head`): keep draining, for the log files
+            self._console_ok[stream.console] = False
 
     def _end(self, stream: _Stream) -> None:
         if stream.tail:
