@@ -22,6 +22,7 @@ One concept per module:
 * :mod:`.rendezvous`: multi-node membership, heartbeats and the failure board (documented there);
 * :mod:`.worker`: the bootstrap of each worker process;
 * :mod:`.supervisor`: the job's phases, restarts and failure reports; :func:`spawn`;
+* :mod:`.output`: the ranks' output relay: whole lines, prefixes, console filter, rank logs;
 * :mod:`.forkserver`: the fork server that has torch loaded;
 * :mod:`.signals`: SIGINT/SIGTERM in every phase;
 * :mod:`.errors`: exceptions and one-line messages;

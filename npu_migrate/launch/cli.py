@@ -54,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"multi-node launchers also use port + {CONTROL_PORT_OFFSET} for the rendezvous).")
     parser.add_argument("--device", default=None, choices=FAMILY_CHOICES,
                         help="Device family (default: NPU_MIGRATE_DEVICE, else detected; auto detects).")
-    parser.add_argument("--log-dir", "--log_dir", dest="log_dir", default=None,
+    parser.add_argument("--log-dir", "--log_dir", dest="log_dir", default=None, metavar="DIR",
                         help="Write each global rank's stdout and stderr to DIR/rank{N}.log "
                              "(DIR/rank{N}.attempt{K}.log after restart K) instead of the console, which then "
                              "shows only the launcher's own lines; the launcher's details go to "

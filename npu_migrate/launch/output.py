@@ -414,9 +414,10 @@ class Relay:
             os.write(self._wake_w, b"x")
             thread.join()
         self._thread = None
-        for stream in self._streams:  # a pipe still held by a grandchild: take what is there
-            while stream.fd >= 0 and self._read(stream):
-                pass
+        for stream in self._streams:  # a pipe still held by a grandchild: take what is there now
+            for _ in range(64):  # bounded: the grandchild may write forever
+                if stream.fd < 0 or not self._read(stream):
+                    break
             if stream.fd >= 0:
                 self._end(stream)
         self._selector.close()
