@@ -19,7 +19,8 @@ Then the output relay's cost (issue 11): a 2-rank job printing 200,000 lines in 
 a file (as ``> train.log``), run through the relay (default prefix on) and with the workers on
 the launcher's own descriptors (``--inherit-output``, the pre-relay behaviour), alternating; the
 median wall-time ratio (goal: <= 1.05), with Python's default buffering and with
-``PYTHONUNBUFFERED=1``, and the ranks' own printing time. Each relayed run is checked for every
+``PYTHONUNBUFFERED=1``, and the ratios of the ranks' own printing time and of the CPU time of the
+whole process tree (less sensitive to a busy machine than wall time). Each relayed run is checked for every
 line, whole.
 """
 
@@ -29,6 +30,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import signal
 import socket
 import statistics
@@ -64,7 +66,8 @@ def run_once(cmd: list[str], optimizer: bool = False) -> dict[str, float]:
     wall = time.perf_counter() - t0
     if result.returncode != 0:
         raise SystemExit(f"{cmd[2]} failed ({result.returncode}):\n{result.stderr[-2000:]}")
-    marks = json.loads([line for line in result.stdout.splitlines() if line.startswith("{")][-1])
+    # The rank's JSON line, after the launcher's rank prefix where there is one.
+    marks = json.loads([line[line.index("{"):] for line in result.stdout.splitlines() if "{" in line][-1])
     return {"wall": wall, **marks}
 
 
@@ -83,14 +86,16 @@ def main() -> None:
     parser.add_argument("--only", choices=["startup", "nodes", "relay"], default=None,
                         help="Run only one of the measurements (default: all).")
     args = parser.parse_args()
+    if args.only in (None, "startup"):
+        startup(args)
+    if args.only in (None, "nodes"):
+        multinode(args.node_rounds, args.node_timeout)
     if args.only in (None, "relay"):
         relay(args.relay_rounds, args.relay_lines)
-    if args.only == "relay":
-        return
 
-    if args.only == "nodes":
-        multinode(args.node_rounds, args.node_timeout)
-        return
+
+def startup(args: argparse.Namespace) -> None:
+    """npu_migrate.launch against torchrun on the same job, alternating."""
     import_torch = []
     for _ in range(3):
         t0 = time.perf_counter()
@@ -107,8 +112,6 @@ def main() -> None:
             for name in order:
                 runs[name].append(run_once(cmds[name], optimizer))
         report(runs, args, optimizer, statistics.median(import_torch))
-    if args.only is None or args.only == "nodes":
-        multinode(args.node_rounds, args.node_timeout)
 
 
 HOLD_JOB = """
@@ -201,9 +204,13 @@ def _print_run(script: Path, work: Path, lines: int, inherit: bool, unbuffered: 
         env["PYTHONUNBUFFERED"] = "1"
     console = work / "console.txt"
     with console.open("wb") as out:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
         code = subprocess.run(cmd, env=env, stdout=out, stderr=subprocess.PIPE, timeout=600).returncode
         wall = time.perf_counter() - t0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # CPU seconds of the launcher, its fork server and the ranks (each reaps its children).
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     if code != 0:
         raise SystemExit(f"error: the print job failed ({code})")
     if not inherit:  # every line arrived, whole, with its rank's prefix
@@ -212,14 +219,14 @@ def _print_run(script: Path, work: Path, lines: int, inherit: bool, unbuffered: 
         if got != lines:
             raise SystemExit(f"error: the relay delivered {got} whole lines of {lines}")
     printing = max(float((work / f"print{r}").read_text()) for r in (0, 1))
-    return {"wall": wall, "printing": printing}
+    return {"wall": wall, "printing": printing, "cpu": cpu}
 
 
 def relay(rounds: int, lines: int) -> None:
     """The output relay against inherited descriptors on a job that prints ``lines`` lines."""
     print(f"\noutput relay: 2 ranks print {lines:,} lines in total to the launcher's console (a file); "
           f"{rounds} alternating runs each, medians in seconds")
-    print(f"{'buffering':<20} {'mode':<22} {'printing':>8} {'wall':>7}")
+    print(f"{'buffering':<20} {'mode':<22} {'printing':>8} {'wall':>7} {'cpu':>7}")
     with tempfile.TemporaryDirectory(prefix="bench_relay_") as tmp:
         work = Path(tmp)
         script = work / "print_job.py"
@@ -232,13 +239,15 @@ def relay(rounds: int, lines: int) -> None:
                     runs[inherit].append(_print_run(script, work, lines, inherit, unbuffered))
             buffering = "PYTHONUNBUFFERED=1" if unbuffered else "default (block)"
             for inherit, name in ((True, "inherited descriptors"), (False, "relay")):
-                med = {k: statistics.median(r[k] for r in runs[inherit]) for k in ("printing", "wall")}
-                print(f"{buffering:<20} {name:<22} {med['printing']:>8.2f} {med['wall']:>7.2f}")
+                med = {k: statistics.median(r[k] for r in runs[inherit]) for k in ("printing", "wall", "cpu")}
+                print(f"{buffering:<20} {name:<22} {med['printing']:>8.2f} {med['wall']:>7.2f} {med['cpu']:>7.2f}")
             ratios = [a["wall"] / b["wall"] for a, b in zip(runs[False], runs[True])]
             printing = [a["printing"] / b["printing"] for a, b in zip(runs[False], runs[True])]
+            cpu = [a["cpu"] / b["cpu"] for a, b in zip(runs[False], runs[True])]
             print(f"{buffering:<20} wall-time ratio relay / inherited: median {statistics.median(ratios):.3f} "
-                  f"(per round: {', '.join(f'{r:.3f}' for r in ratios)}); goal <= 1.05; "
-                  f"printing-time ratio {statistics.median(printing):.2f}")
+                  f"(per round: {', '.join(f'{r:.3f}' for r in ratios)}); goal <= 1.05")
+            print(f"{buffering:<20} printing-time ratio {statistics.median(printing):.3f}, CPU-time ratio "
+                  f"(launcher + ranks) {statistics.median(cpu):.3f}")
 
 
 def report(runs: dict[str, list[dict[str, float]]], args: argparse.Namespace, optimizer: bool, import_s: float) -> None:
