@@ -111,6 +111,8 @@ class OutputSettings:
         Raises:
             LaunchUsageError: as one line.
         """
+        if log_dir and not self.relay:
+            raise LaunchUsageError("log files need the output relay: drop --inherit-output or --log-dir.")
         if self.ranks_filter is not None:
             outside = sorted(r for r in self.ranks_filter if r >= nproc)
             if outside:

@@ -39,7 +39,7 @@ from npu_migrate.errors import NpuMigrateError
 from npu_migrate.launch.config import DEFAULT_NODE_TIMEOUT, LaunchConfig, Target, make_config
 from npu_migrate.launch.errors import JobFailed, LaunchError, first_line, say
 from npu_migrate.launch.forkserver import start_fork_server, stop_fork_server
-from npu_migrate.launch.output import Relay, log_path
+from npu_migrate.launch.output import OutputSettings, Relay, log_path
 from npu_migrate.launch.signals import SIGNAL_GRACE_S, STOP_GRACE_S, Interrupted, Signals
 from npu_migrate.launch.worker import worker_main
 
@@ -406,12 +406,15 @@ def spawn(
     join_timeout: float = 600.0,
     job_id: str | None = None,
     node_timeout: float = DEFAULT_NODE_TIMEOUT,
+    output: OutputSettings | None = None,
 ) -> None:
     """Run ``fn(local_rank, *args)`` in one process per device of this node, as ``mp.spawn`` would.
 
     Every process gets torchrun's variables for its global rank (node rank x nproc + local rank),
     so ``fn`` can call :func:`npu_migrate.init_distributed`. ``fn`` must be importable by name
-    (defined at module level) for the worker processes to find it.
+    (defined at module level) for the worker processes to find it. Their output is relayed as
+    on the command line; ``output=output_settings(template="", ...)`` (:mod:`.output`) sets the
+    prefix, console filter and ``tee`` there.
 
     Raises:
         LaunchError: bad input; nothing was started.
@@ -423,7 +426,7 @@ def spawn(
     try:
         cfg = make_config(nproc, nnodes, node_rank, addr, port, device, log_dir, max_restarts, join_timeout,
                           before_device=lambda: methods.append(start_fork_server()), job_id=job_id,
-                          node_timeout=node_timeout, identity=target.identity())
+                          node_timeout=node_timeout, identity=target.identity(), output=output)
     except NpuMigrateError:
         stop_fork_server()
         raise
