@@ -21,7 +21,9 @@ What it owns:
 * **One reader thread** for every stream (a ``selectors`` loop over non-blocking reads of up to
   1 MiB). It cuts what it read after the last line end, and writes the whole lines of one
   read with one ``write`` per destination; everything goes through this one thread, so no line
-  of one rank can land inside another's. stderr stays on stderr, stdout on stdout.
+  of one rank can land inside another's. stderr stays on stderr, stdout on stdout. After a
+  round that read little, the thread waits :data:`COALESCE_S` (2 ms) so that unbuffered ranks'
+  many small writes are taken a few at a time.
 * **Line ends.** ``\\n`` ends a line. ``\\r`` also ends a segment (progress bars such as tqdm
   redraw with ``\\r``): each segment ending in ``\\r`` is written as its own update, prefixed, so
   a bar keeps redrawing in place on its own console line and never splits another rank's line;
@@ -53,6 +55,7 @@ import selectors
 import socket
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from string import Template
 from typing import Any
@@ -72,6 +75,10 @@ DRAIN_S = 2.0
 
 READ_SIZE = 1 << 20
 """Bytes read per ready stream; also the size asked for each pipe (F_SETPIPE_SZ)."""
+
+COALESCE_S = 0.002
+COALESCE_BYTES = 1 << 16
+"""After a round that read less than this, the reader waits COALESCE_S before the next one."""
 
 MAX_LINE = 1 << 20
 """A line longer than this (bytes, no line end yet) is written in pieces."""
@@ -314,7 +321,8 @@ class Relay:
 
     def _loop(self) -> None:
         selector = self._selector
-        while selector.get_map() and len(selector.get_map()) > 1:
+        while len(selector.get_map()) > 1:
+            got = 0
             for key, _ in selector.select():
                 stream = key.data
                 if stream is None:
@@ -325,14 +333,18 @@ class Relay:
                     if self._stop:
                         return
                     continue
-                self._read(stream)
+                got += self._read(stream)
+            if 0 < got < COALESCE_BYTES:
+                # Unbuffered ranks write each line in two pieces: let a few arrive before the
+                # next round instead of paying a round per piece (invisible to a reader).
+                time.sleep(COALESCE_S)
 
-    def _read(self, stream: _Stream) -> bool:
-        """Read once; False (and the stream closed) at EOF or when nothing is there."""
+    def _read(self, stream: _Stream) -> int:
+        """Read once; the bytes read, 0 (and the stream closed at EOF) when nothing is there."""
         try:
             data = os.read(stream.fd, READ_SIZE)
         except BlockingIOError:
-            return False
+            return 0
         except OSError:
             data = b""
         if data:
@@ -341,9 +353,9 @@ class Relay:
             except Exception:  # noqa: BLE001 - never stop reading: a full pipe would stall the rank
                 logger.exception("output relay: dropping a stream's output after an error")
                 stream.console = stream.file = None
-            return True
+            return len(data)
         self._end(stream)
-        return False
+        return 0
 
     def _feed(self, stream: _Stream, data: bytes) -> None:
         if stream.tail:
