@@ -222,6 +222,44 @@ def _print_run(script: Path, work: Path, lines: int, inherit: bool, unbuffered: 
     return {"wall": wall, "printing": printing, "cpu": cpu}
 
 
+def _relay_alone(lines: int, unbuffered: bool) -> float:
+    """CPU seconds of the relay's reader alone: this process relays 2 writer processes' lines."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from npu_migrate.launch.config import LaunchConfig
+    from npu_migrate.launch.output import OutputSettings, Relay, fifo_paths
+
+    env = dict(os.environ, BENCH_LINES=str(lines), WORLD_SIZE="2")
+    env.pop("PYTHONUNBUFFERED", None)
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    with tempfile.TemporaryDirectory(prefix="bench_relay_") as tmp:
+        env["BENCH_DIR"] = tmp
+        script = Path(tmp) / "print_job.py"
+        script.write_text(PRINT_JOB)
+        saved = os.dup(1)
+        with open(Path(tmp) / "console.txt", "wb") as console:
+            os.dup2(console.fileno(), 1)  # the relay writes to fd 1, as in the launcher
+            try:
+                cfg = LaunchConfig(nproc=2)
+                relay = Relay(OutputSettings(), cfg, tmp, 0)
+                before = resource.getrusage(resource.RUSAGE_SELF)
+                relay.start()
+                procs = []
+                for local in (0, 1):
+                    out, err = fifo_paths(tmp, local)
+                    with open(out, "wb") as o, open(err, "wb") as e:
+                        procs.append(subprocess.Popen([sys.executable, str(script)], stdout=o, stderr=e,
+                                                      env=dict(env, RANK=str(local))))
+                for proc in procs:
+                    proc.wait()
+                relay.drain()
+                after = resource.getrusage(resource.RUSAGE_SELF)
+            finally:
+                os.dup2(saved, 1)
+                os.close(saved)
+        return (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+
+
 def relay(rounds: int, lines: int) -> None:
     """The output relay against inherited descriptors on a job that prints ``lines`` lines."""
     print(f"\noutput relay: 2 ranks print {lines:,} lines in total to the launcher's console (a file); "
@@ -246,8 +284,10 @@ def relay(rounds: int, lines: int) -> None:
             cpu = [a["cpu"] / b["cpu"] for a, b in zip(runs[False], runs[True])]
             print(f"{buffering:<20} wall-time ratio relay / inherited: median {statistics.median(ratios):.3f} "
                   f"(per round: {', '.join(f'{r:.3f}' for r in ratios)}); goal <= 1.05")
+            alone = statistics.median(_relay_alone(lines, unbuffered) for _ in range(3))
             print(f"{buffering:<20} printing-time ratio {statistics.median(printing):.3f}, CPU-time ratio "
-                  f"(launcher + ranks) {statistics.median(cpu):.3f}")
+                  f"(launcher + ranks) {statistics.median(cpu):.3f}; the relay's reader alone: {alone:.3f} CPU s "
+                  f"for {lines:,} lines")
 
 
 def report(runs: dict[str, list[dict[str, float]]], args: argparse.Namespace, optimizer: bool, import_s: float) -> None:
