@@ -20,6 +20,13 @@ all-reduce) until the launcher prints the hang with every stack (goal: ``--hang-
 and the flight record's cost per collective: ``dist.all_reduce`` on a 1-rank gloo group, and a
 no-op function, each wrapped and unwrapped, alternating blocks in one process (``--only hang``
 runs just these).
+Then the output relay's cost (issue 11): a 2-rank job printing 200,000 lines in total, its console
+a file (as ``> train.log``), run through the relay (default prefix on) and with the workers on
+the launcher's own descriptors (``--inherit-output``, the pre-relay behaviour), alternating; the
+median wall-time ratio (goal: <= 1.05), with Python's default buffering and with
+``PYTHONUNBUFFERED=1``, and the ratios of the ranks' own printing time and of the CPU time of the
+whole process tree (less sensitive to a busy machine than wall time). Each relayed run is checked for every
+line, whole.
 """
 
 from __future__ import annotations
@@ -27,6 +34,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import resource
 import signal
 import socket
 import statistics
@@ -62,7 +71,8 @@ def run_once(cmd: list[str], optimizer: bool = False) -> dict[str, float]:
     wall = time.perf_counter() - t0
     if result.returncode != 0:
         raise SystemExit(f"{cmd[2]} failed ({result.returncode}):\n{result.stderr[-2000:]}")
-    marks = json.loads([line for line in result.stdout.splitlines() if line.startswith("{")][-1])
+    # The rank's JSON line, after the launcher's rank prefix where there is one.
+    marks = json.loads([line[line.index("{"):] for line in result.stdout.splitlines() if "{" in line][-1])
     return {"wall": wall, **marks}
 
 
@@ -74,17 +84,29 @@ def main() -> None:
                         help="Runs of the two-node join and node-loss measurement (default: %(default)s).")
     parser.add_argument("--node-timeout", type=float, default=20.0,
                         help="The launchers' --node-timeout in that measurement (default: %(default)s, the launcher's).")
+    parser.add_argument("--relay-rounds", type=int, default=5,
+                        help="Runs of each mode in the output relay measurement (default: %(default)s).")
+    parser.add_argument("--relay-lines", type=int, default=200_000,
+                        help="Lines the 2 ranks print in total there (default: %(default)s).")
     parser.add_argument("--hang-timeout", type=float, default=5.0,
                         help="--hang-timeout of the hang-latency measurement (default: %(default)s).")
     parser.add_argument("--hang-rounds", type=int, default=2, help="Runs of the hang measurement (default: %(default)s).")
-    parser.add_argument("--only", choices=("all", "hang"), default="all",
-                        help="Run every measurement, or only the hang ones (default: %(default)s).")
+    parser.add_argument("--only", choices=["startup", "nodes", "relay", "hang"], default=None,
+                        help="Run only one of the measurements (default: all).")
     args = parser.parse_args()
-    if args.only == "hang":
+    if args.only in (None, "startup"):
+        startup(args)
+    if args.only in (None, "nodes"):
+        multinode(args.node_rounds, args.node_timeout)
+    if args.only in (None, "relay"):
+        relay(args.relay_rounds, args.relay_lines)
+    if args.only in (None, "hang"):
         flight_overhead()
         hang_latency(args.hang_rounds, args.hang_timeout)
-        return
 
+
+def startup(args: argparse.Namespace) -> None:
+    """npu_migrate.launch against torchrun on the same job, alternating."""
     import_torch = []
     for _ in range(3):
         t0 = time.perf_counter()
@@ -101,9 +123,6 @@ def main() -> None:
             for name in order:
                 runs[name].append(run_once(cmds[name], optimizer))
         report(runs, args, optimizer, statistics.median(import_torch))
-    multinode(args.node_rounds, args.node_timeout)
-    flight_overhead()
-    hang_latency(args.hang_rounds, args.hang_timeout)
 
 
 HOLD_JOB = """
@@ -239,6 +258,113 @@ print(json.dumps({{k: statistics.median(v) for k, v in out.items()}}))
           f"added {med['ar_wrapped'] - med['ar']:7.0f} ({med['ar_wrapped'] / med['ar']:.3f}x)")
     print(f"no-op function:               unwrapped {med['noop']:9.0f}  wrapped {med['noop_wrapped']:9.0f}  "
           f"added {med['noop_wrapped'] - med['noop']:7.0f} (the record's own cost)")
+PRINT_JOB = """
+import os, sys, time
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+count = int(os.environ["BENCH_LINES"]) // world
+line = f"rank {rank} step loss=0.123456 lr=0.001 " + "x" * 30
+t0 = time.perf_counter()
+for i in range(count):
+    print(line, i)
+sys.stdout.flush()
+with open(os.path.join(os.environ["BENCH_DIR"], f"print{rank}"), "w") as fh:
+    fh.write(repr(time.perf_counter() - t0))
+"""
+
+
+def _print_run(script: Path, work: Path, lines: int, inherit: bool, unbuffered: bool) -> dict[str, float]:
+    cmd = [sys.executable, "-m", "npu_migrate.launch", "--device-num", "2",
+           *(["--inherit-output"] if inherit else []), str(script)]
+    env = dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo", BENCH_DIR=str(work), BENCH_LINES=str(lines))
+    env.pop("PYTHONUNBUFFERED", None)
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    console = work / "console.txt"
+    with console.open("wb") as out:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.perf_counter()
+        code = subprocess.run(cmd, env=env, stdout=out, stderr=subprocess.PIPE, timeout=600).returncode
+        wall = time.perf_counter() - t0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # CPU seconds of the launcher, its fork server and the ranks (each reaps its children).
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    if code != 0:
+        raise SystemExit(f"error: the print job failed ({code})")
+    if not inherit:  # every line arrived, whole, with its rank's prefix
+        with console.open("rb") as fh:
+            got = sum(1 for line in fh if re.fullmatch(rb"\[\S+ node0 rank(\d)\] rank \1 step .* \d+\n", line))
+        if got != lines:
+            raise SystemExit(f"error: the relay delivered {got} whole lines of {lines}")
+    printing = max(float((work / f"print{r}").read_text()) for r in (0, 1))
+    return {"wall": wall, "printing": printing, "cpu": cpu}
+
+
+def _relay_alone(lines: int, unbuffered: bool) -> float:
+    """CPU seconds of the relay's reader alone: this process relays 2 writer processes' lines."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from npu_migrate.launch.config import LaunchConfig
+    from npu_migrate.launch.output import OutputSettings, Relay, fifo_paths
+
+    env = dict(os.environ, BENCH_LINES=str(lines), WORLD_SIZE="2")
+    env.pop("PYTHONUNBUFFERED", None)
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    with tempfile.TemporaryDirectory(prefix="bench_relay_") as tmp:
+        env["BENCH_DIR"] = tmp
+        script = Path(tmp) / "print_job.py"
+        script.write_text(PRINT_JOB)
+        saved = os.dup(1)
+        with open(Path(tmp) / "console.txt", "wb") as console:
+            os.dup2(console.fileno(), 1)  # the relay writes to fd 1, as in the launcher
+            try:
+                cfg = LaunchConfig(nproc=2)
+                relay = Relay(OutputSettings(), cfg, tmp, 0)
+                before = resource.getrusage(resource.RUSAGE_SELF)
+                relay.start()
+                procs = []
+                for local in (0, 1):
+                    out, err = fifo_paths(tmp, local)
+                    with open(out, "wb") as o, open(err, "wb") as e:
+                        procs.append(subprocess.Popen([sys.executable, str(script)], stdout=o, stderr=e,
+                                                      env=dict(env, RANK=str(local))))
+                for proc in procs:
+                    proc.wait()
+                relay.drain()
+                after = resource.getrusage(resource.RUSAGE_SELF)
+            finally:
+                os.dup2(saved, 1)
+                os.close(saved)
+        return (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+
+
+def relay(rounds: int, lines: int) -> None:
+    """The output relay against inherited descriptors on a job that prints ``lines`` lines."""
+    print(f"\noutput relay: 2 ranks print {lines:,} lines in total to the launcher's console (a file); "
+          f"{rounds} alternating runs each, medians in seconds")
+    print(f"{'buffering':<20} {'mode':<22} {'printing':>8} {'wall':>7} {'cpu':>7}")
+    with tempfile.TemporaryDirectory(prefix="bench_relay_") as tmp:
+        work = Path(tmp)
+        script = work / "print_job.py"
+        script.write_text(PRINT_JOB)
+        _print_run(script, work, lines, False, False)  # warm the page cache
+        for unbuffered in (False, True):
+            runs: dict[bool, list[dict[str, float]]] = {True: [], False: []}
+            for i in range(rounds):
+                for inherit in ((True, False) if i % 2 == 0 else (False, True)):
+                    runs[inherit].append(_print_run(script, work, lines, inherit, unbuffered))
+            buffering = "PYTHONUNBUFFERED=1" if unbuffered else "default (block)"
+            for inherit, name in ((True, "inherited descriptors"), (False, "relay")):
+                med = {k: statistics.median(r[k] for r in runs[inherit]) for k in ("printing", "wall", "cpu")}
+                print(f"{buffering:<20} {name:<22} {med['printing']:>8.2f} {med['wall']:>7.2f} {med['cpu']:>7.2f}")
+            ratios = [a["wall"] / b["wall"] for a, b in zip(runs[False], runs[True])]
+            printing = [a["printing"] / b["printing"] for a, b in zip(runs[False], runs[True])]
+            cpu = [a["cpu"] / b["cpu"] for a, b in zip(runs[False], runs[True])]
+            print(f"{buffering:<20} wall-time ratio relay / inherited: median {statistics.median(ratios):.3f} "
+                  f"(per round: {', '.join(f'{r:.3f}' for r in ratios)}); goal <= 1.05")
+            alone = statistics.median(_relay_alone(lines, unbuffered) for _ in range(3))
+            print(f"{buffering:<20} printing-time ratio {statistics.median(printing):.3f}, CPU-time ratio "
+                  f"(launcher + ranks) {statistics.median(cpu):.3f}; the relay's reader alone: {alone:.3f} CPU s "
+                  f"for {lines:,} lines")
 
 
 def report(runs: dict[str, list[dict[str, float]]], args: argparse.Namespace, optimizer: bool, import_s: float) -> None:

@@ -28,6 +28,7 @@ One concept per module:
 * :mod:`.hints`: what a signal or a known backend error means (tables);
 * :mod:`.report`: the JSON report of every rank's exit (``--error-file``);
 * :mod:`.preflight`: the pre-flight all-reduce (``--preflight``);
+* :mod:`.output`: the ranks' output relay: whole lines, prefixes, console filter, rank logs;
 * :mod:`.forkserver`: the fork server that has torch loaded;
 * :mod:`.signals`: SIGINT/SIGTERM in every phase;
 * :mod:`.errors`: exceptions and one-line messages;

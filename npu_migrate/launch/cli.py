@@ -34,6 +34,7 @@ from npu_migrate.launch.config import (
 )
 from npu_migrate.launch.errors import LaunchUsageError, say
 from npu_migrate.launch.forkserver import start_fork_server, stop_fork_server
+from npu_migrate.launch.output import DEFAULT_TEMPLATE, output_settings
 from npu_migrate.launch.watchdog import DEFAULT_HANG_TIMEOUT
 from npu_migrate.registry import FAMILY_CHOICES
 
@@ -54,9 +55,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"multi-node launchers also use port + {CONTROL_PORT_OFFSET} for the rendezvous).")
     parser.add_argument("--device", default=None, choices=FAMILY_CHOICES,
                         help="Device family (default: NPU_MIGRATE_DEVICE, else detected; auto detects).")
-    parser.add_argument("--log-dir", "--log_dir", dest="log_dir", default=None,
-                        help="Write each rank's output to DIR/rank{N}.log instead of the console "
-                             "(and the launcher's own details to DIR/launcher-node{K}.log on multi-node jobs).")
+    parser.add_argument("--log-dir", "--log_dir", dest="log_dir", default=None, metavar="DIR",
+                        help="Write each global rank's stdout and stderr to DIR/rank{N}.log "
+                             "(DIR/rank{N}.attempt{K}.log after restart K) instead of the console, which then "
+                             "shows only the launcher's own lines; the launcher's details go to "
+                             "DIR/launcher-node{K}.log. Logs of an earlier run there are refused (see --log-append).")
+    parser.add_argument("--tee", action="store_true",
+                        help="With --log-dir, also show every rank's output on the console.")
+    parser.add_argument("--log-append", "--log_append", dest="log_append", action="store_true",
+                        help="With --log-dir, append to rank logs an earlier run left there instead of refusing to start.")
+    parser.add_argument("--log-line-prefix-template", "--log_line_prefix_template", dest="prefix_template",
+                        default=None, metavar="TEMPLATE",
+                        help="Prefix of every console line a rank writes, with ${rank}, ${local_rank}, "
+                             "${node_rank}, ${host} and ${role_name}, e.g. '[${rank}]: '. Default: "
+                             f"'{DEFAULT_TEMPLATE}' when the job has more than one rank, none with one; "
+                             "'' turns it off. Log files are never prefixed.")
+    parser.add_argument("--local-ranks-filter", "--local_ranks_filter", dest="ranks_filter", default=None,
+                        metavar="RANKS",
+                        help="Show only these local ranks' output on the console, e.g. 0,1 (default: all). "
+                             "The others still go to their --log-dir files; without --log-dir their output is dropped.")
+    parser.add_argument("--inherit-output", dest="inherit_output", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--max-restarts", "--max_restarts", dest="max_restarts", type=int, default=0,
                         help="Restart the whole job this many times after a failure or a lost node "
                              "(default: %(default)s).")
@@ -129,6 +147,13 @@ def run(args: argparse.Namespace) -> int:
         if not os.path.isfile(args.script):
             raise LaunchUsageError(f"script {args.script!r} not found (working directory {os.getcwd()}).")
         target = Target(script=args.script, args=tuple(args.script_args))
+    # Internal: --inherit-output keeps the workers on the launcher's descriptors (the benchmark's
+    # baseline for the relay's cost); it takes none of the relay's flags.
+    relayed = any((args.log_dir, args.tee, args.log_append, args.prefix_template is not None, args.ranks_filter))
+    if args.inherit_output and relayed:
+        raise LaunchUsageError("--inherit-output takes no --log-dir, --tee, --log-append, prefix or filter.")
+    output = output_settings(args.prefix_template, args.ranks_filter, args.tee, args.log_dir, args.log_append,
+                             relay=not args.inherit_output)
     if args.migrate_report and not args.migrate:
         raise LaunchUsageError("--migrate-report needs --migrate: it reports what runtime migration redirected.")
     from npu_migrate.compare import settings as probe_settings
@@ -152,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
                           before_device=None if args.dry_run else lambda: methods.append(start_fork_server()),
                           job_id=args.job_id, node_timeout=args.node_timeout, identity=target.identity(),
                           hang_timeout=args.hang_timeout, hang_action=args.hang_action, error_file=args.error_file,
-                          preflight=args.preflight)
+                          preflight=args.preflight, output=output)
     except NpuMigrateError:
         stop_fork_server()
         raise

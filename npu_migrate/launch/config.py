@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 from npu_migrate.launch import cluster
 from npu_migrate.launch.errors import LaunchError, LaunchUsageError
+from npu_migrate.launch.output import OutputSettings
 from npu_migrate.launch.watchdog import effective_timeout
 
 DEFAULT_PORT = 29500
@@ -47,6 +48,7 @@ class LaunchConfig:
         device: device family of the workers.
         backend: torch.distributed backend of that family.
         log_dir: one ``rank{N}.log`` per rank here instead of the console.
+        output: prefix, console filter, --tee and --log-append (:mod:`.output`).
         max_restarts: how often the whole job is started again after a failure.
         join_timeout: seconds to wait for the other nodes' launchers.
         sources: where nnodes, node rank and address came from (flags, Slurm...).
@@ -83,6 +85,7 @@ class LaunchConfig:
     hang_action: str = "end"
     error_file: str | None = None
     preflight: bool = False
+    output: OutputSettings = OutputSettings()
 
     @property
     def world_size(self) -> int:
@@ -269,6 +272,7 @@ def make_config(
     hang_action: str = "end",
     error_file: str | None = None,
     preflight: bool | None = None,
+    output: OutputSettings | None = None,
 ) -> LaunchConfig:
     """Check the launcher's input and fill in what is missing; start nothing.
 
@@ -286,6 +290,7 @@ def make_config(
         hang_action: ``"end"`` or ``"report"``.
         error_file: the JSON report's path (``--error-file``).
         preflight: the pre-flight all-reduce (None: off; see :mod:`.preflight` for why).
+        output: the checked output flags (:func:`npu_migrate.launch.output.output_settings`).
 
     Raises:
         LaunchUsageError: input that cannot work, as one line.
@@ -306,6 +311,9 @@ def make_config(
         raise LaunchUsageError(f"--error-file {error_file!r} is a directory: expected a file name, e.g. {os.path.join(error_file, 'error.json')}.")
     if join_timeout <= 0:
         raise LaunchUsageError(f"--join-timeout {join_timeout:g} is not positive: expected seconds to wait for the other nodes.")
+    output = output or OutputSettings()
+    if nproc is not None:  # before the fork server starts, where the count is known already
+        output.check(nproc, log_dir, plain["node_rank"])
     if before_device is not None:
         before_device()
     from npu_migrate import device as _device
@@ -321,6 +329,7 @@ def make_config(
             f"--device-num {nproc} is more than the {count} {spec.name} device(s) visible here{seen}. "
             f"Use --device-num {count} or fewer."
         )
+    output.check(nproc, log_dir, plain["node_rank"])
     # torchrun gives every rank 1 thread; sharing the node's cores keeps a lone rank as fast as
     # plain python and several ranks from oversubscribing. The worker also calls
     # torch.set_num_threads: the fork server imported torch before this value existed.
@@ -333,7 +342,8 @@ def make_config(
         job_id=job_id or default_job_id(plain["addr"], plain["port"], identity, environ),
         node_timeout=node_timeout, net_env=tuple(sorted(net_env.items())), net_note=net_note,
         hang_timeout=effective_timeout(hang_timeout, plain["nnodes"] * nproc), hang_action=hang_action,
-        error_file=os.path.abspath(error_file) if error_file else None, preflight=bool(preflight), **plain,
+        error_file=os.path.abspath(error_file) if error_file else None, preflight=bool(preflight),
+        output=output, **plain,
     )
 
 

@@ -44,6 +44,7 @@ from npu_migrate.launch import flight, hints, report, stacks
 from npu_migrate.launch.config import DEFAULT_NODE_TIMEOUT, LaunchConfig, Target, make_config
 from npu_migrate.launch.errors import JobFailed, LaunchError, first_line, say
 from npu_migrate.launch.forkserver import start_fork_server, stop_fork_server
+from npu_migrate.launch.output import OutputSettings, Relay, log_path
 from npu_migrate.launch.signals import SIGNAL_GRACE_S, STOP_GRACE_S, Interrupted, Signals
 from npu_migrate.launch.watchdog import Hang, Watchdog, state_from_dict
 from npu_migrate.launch.worker import worker_main
@@ -148,12 +149,15 @@ class Job:
         self._first_record: dict[str, Any] | None = None
         self._hang: dict[str, Any] | None = None
         self._outcome = "starting"
+        self.relay: Relay | None = None
+        self.attempt = 0
 
     # -- process handling
 
     def _start(self, attempt: int) -> list[Any]:
         import torch.multiprocessing as mp
 
+        self._drain()
         for name in os.listdir(self.error_dir):
             if name != "launcher.json":
                 os.unlink(os.path.join(self.error_dir, name))
@@ -165,6 +169,10 @@ class Job:
                                   for i in range(self.cfg.nproc)})
         if self.rdzv is not None and self.cfg.node_rank != 0:
             self.watchdog.timeout = 0  # node 0 decides, from every node's records
+        self.attempt = attempt
+        if self.cfg.output.relay:
+            self.relay = Relay(self.cfg.output, self.cfg, self.error_dir, attempt)
+            self.relay.start()
         # Keep the context for the whole attempt. On torch < 2.2 it holds one SimpleQueue per
         # worker, whose semaphore a forked worker opens by name while unpickling its arguments;
         # dropping the context unlinks them first, and the worker dies in SemLock.__setstate__
@@ -211,9 +219,15 @@ class Job:
                 pass
         self._context = None
 
+    def _drain(self) -> None:
+        """Every worker is gone: relay the rest of their output before the launcher says more."""
+        if self.relay is not None:
+            relay, self.relay = self.relay, None
+            relay.drain()
+
     def _failure_of(self, local: int, proc: Any) -> Failure:
         rank = self.cfg.rank(local)
-        log = os.path.join(self.cfg.log_dir, f"rank{rank}.log") if self.cfg.log_dir else None
+        log = log_path(self.cfg.log_dir, rank, self.attempt) if self.cfg.log_dir else None
         path = os.path.join(self.error_dir, f"rank{rank}.json")
         if os.path.exists(path):
             with open(path, encoding="utf-8") as fh:
@@ -354,6 +368,7 @@ class Job:
                     self._write_report(1 if code is None else code)
                 except Exception:  # noqa: BLE001 - the report must not hide why the job ended
                     logger.exception("could not write the report")
+                self._drain()
                 if self.rdzv is not None:
                     self.rdzv.close()
                 for name in os.listdir(self.error_dir):
@@ -393,6 +408,7 @@ class Job:
             if self.rdzv is not None and self.phase in ("running", "finishing"):
                 self.rdzv.abort(f"the launcher of node {self.cfg.node_rank} ({self.rdzv.host}) received {name}")
             self._stop(self.procs, sig, SIGNAL_GRACE_S)
+            self._drain()
         else:
             say(f"received {name} while {self.phase}: stopped; no rank is left running on node {self.cfg.node_rank}.")
         return 128 + sig
@@ -444,6 +460,8 @@ class Job:
             logger.info("node %s: %s", cfg.node_rank, self.phase)
             procs = self._start(attempt)
             outcome, detail = self._watch(procs)
+            if outcome == "ok":
+                self._drain()
             if outcome == "ok" and rdzv is not None:
                 self.phase = "finishing"
                 logger.info("node %s: %s", cfg.node_rank, self.phase)
@@ -462,6 +480,7 @@ class Job:
                 self._outcome = "aborted"
                 self._first_record = {"kind": "abort", "message": detail.message}
                 self._stop(procs)
+                self._drain()
                 say(f"error: {detail.message}")
                 return 1
             if outcome == "hang" and rdzv is not None:
@@ -471,6 +490,7 @@ class Job:
             self.phase = "stopping the ranks"
             logger.info("node %s: %s", cfg.node_rank, self.phase)
             self._stop(procs)
+            self._drain()
             self.procs = []
             if self.signals.received is not None:  # asked to stop while tearing down
                 raise Interrupted(self.signals.received)
@@ -557,12 +577,15 @@ def spawn(
     join_timeout: float = 600.0,
     job_id: str | None = None,
     node_timeout: float = DEFAULT_NODE_TIMEOUT,
+    output: OutputSettings | None = None,
 ) -> None:
     """Run ``fn(local_rank, *args)`` in one process per device of this node, as ``mp.spawn`` would.
 
     Every process gets torchrun's variables for its global rank (node rank x nproc + local rank),
     so ``fn`` can call :func:`npu_migrate.init_distributed`. ``fn`` must be importable by name
-    (defined at module level) for the worker processes to find it.
+    (defined at module level) for the worker processes to find it. Their output is relayed as
+    on the command line; ``output=output_settings(template="", ...)`` (:mod:`.output`) sets the
+    prefix, console filter and ``tee`` there.
 
     Raises:
         LaunchError: bad input; nothing was started.
@@ -574,7 +597,7 @@ def spawn(
     try:
         cfg = make_config(nproc, nnodes, node_rank, addr, port, device, log_dir, max_restarts, join_timeout,
                           before_device=lambda: methods.append(start_fork_server()), job_id=job_id,
-                          node_timeout=node_timeout, identity=target.identity())
+                          node_timeout=node_timeout, identity=target.identity(), output=output)
     except NpuMigrateError:
         stop_fork_server()
         raise

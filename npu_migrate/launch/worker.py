@@ -8,7 +8,8 @@ Usage (by the supervisor, in the launcher)::
 In order, :func:`worker_main`:
 
 1. ties the worker to the launcher (own process group, PR_SET_PDEATHSIG, a watcher thread);
-2. :func:`prepare`: sets the rank's environment, sends output to ``--log-dir``, sets torch's
+2. :func:`prepare`: sets the rank's environment, sends stdout/stderr to the launcher's relay
+   (:mod:`.output`; FIFOs in ``error_dir``, the job's private run directory), sets torch's
    threads and binds the device; new per-worker steps belong here;
 3. arms the rank's flight record and stack dumps (:mod:`.flight`, :mod:`.stacks`) in the
    launcher's run directory (``error_dir``): no change to the user's script;
@@ -30,6 +31,7 @@ import time
 import traceback
 from typing import Any
 
+from npu_migrate.launch import output
 from npu_migrate.launch.config import LaunchConfig, Target
 
 _PR_SET_PDEATHSIG = 1
@@ -69,20 +71,6 @@ def _die_with_launcher(launcher_pid: int) -> None:
     threading.Thread(target=watch, name="npu_migrate-launcher-watch", daemon=True).start()
 
 
-def _redirect_output(path: str) -> None:
-    sys.stdout.flush()
-    sys.stderr.flush()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.reconfigure(line_buffering=True)  # type: ignore[attr-defined]
-        except (AttributeError, ValueError):
-            pass
-
-
 def _set_threads() -> None:
     """torch's intra-op threads from OMP_NUM_THREADS.
 
@@ -97,11 +85,11 @@ def _set_threads() -> None:
             torch.set_num_threads(int(value))
 
 
-def prepare(local_rank: int, cfg: LaunchConfig, restart: int) -> None:
+def prepare(local_rank: int, cfg: LaunchConfig, restart: int, run_dir: str | None = None) -> None:
     """Everything a worker needs before user code: environment, output, threads, device."""
     os.environ.update(cfg.worker_env(local_rank, restart))
-    if cfg.log_dir:
-        _redirect_output(os.path.join(cfg.log_dir, f"rank{cfg.rank(local_rank)}.log"))
+    if cfg.output.relay and run_dir is not None:
+        output.attach(run_dir, local_rank)  # stdout/stderr into the launcher's relay (:mod:`.output`)
     _set_threads()
     from npu_migrate import device as _device
 
@@ -153,7 +141,7 @@ def worker_main(local_rank: int, cfg: LaunchConfig, target: Target, restart: int
     _die_with_launcher(launcher_pid)
     rank = cfg.rank(local_rank)
     try:
-        prepare(local_rank, cfg, restart)
+        prepare(local_rank, cfg, restart, error_dir)
         _observe(error_dir, rank)
         _run_target(local_rank, target)
     except SystemExit:

@@ -1,0 +1,458 @@
+"""The per-rank output relay: whole lines on the console, a prefix per rank, one log file per rank.
+
+Usage::
+
+    settings = output_settings(template="[${rank}]: ", ranks_filter="0,1", tee=True)   # checks input
+    settings.check(nproc=2, log_dir="logs")   # filter in range; no earlier run's logs in the way
+
+    relay = Relay(settings, cfg, run_dir, attempt)   # in the launcher, before the workers start
+    relay.start()
+    ...                                              # workers: attach(run_dir, local_rank) in prepare()
+    relay.drain()                                    # after every worker exited: all output is out
+
+What it owns:
+
+* **Pipes.** Each worker's stdout and stderr are FIFOs in the job's private run directory
+  (``out{L}.fifo`` and ``err{L}.fifo``), made by the launcher before the workers start. Workers
+  come from a fork server, which cannot be handed new descriptors, so a named pipe the worker
+  opens itself (:func:`attach`, ``dup2`` onto fds 1 and 2) is the way in; C/C++ output and
+  subprocesses go through it too. The launcher keeps a write end of each open until the
+  workers are gone, so a worker that has not opened its pipe yet does not look like an EOF.
+* **One reader thread** for every stream (a ``selectors`` loop over non-blocking reads of up to
+  1 MiB). It cuts what it read after the last line end, and writes the whole lines of one
+  read with one ``write`` per destination; everything goes through this one thread, so no line
+  of one rank can land inside another's. stderr stays on stderr, stdout on stdout. After a
+  round that read little, the thread waits :data:`COALESCE_S` (2 ms) so that unbuffered ranks'
+  many small writes are taken a few at a time.
+* **Line ends.** ``\\n`` ends a line. ``\\r`` also ends a segment (progress bars such as tqdm
+  redraw with ``\\r``): each segment ending in ``\\r`` is written as its own update, prefixed, so
+  a bar keeps redrawing in place on its own console line and never splits another rank's line;
+  an update is shown when the next one (or the final newline) arrives. ``\\r\\n`` is one line end. A last line
+  without a newline at EOF gets one; a line longer than 1 MiB is written in pieces.
+* **Prefix.** ``--log-line-prefix-template`` with ``${rank}``, ``${local_rank}``, ``${node_rank}``,
+  ``${host}`` and ``${role_name}`` (torchrun's three plus two). With world size > 1 and no
+  template, :data:`DEFAULT_TEMPLATE` (host, node, global rank) is used; an empty template turns
+  it off. The console gets the prefix; log files get the rank's bytes as written.
+* **Filter.** ``--local-ranks-filter 0,1``: only those local ranks reach the console; every rank
+  still goes to its log file.
+* **Log files.** ``--log-dir DIR``: ``DIR/rank{N}.log`` per global rank (stdout and stderr),
+  ``DIR/rank{N}.attempt{K}.log`` for restart K, so a restart never clobbers the failed attempt's
+  logs. Without ``--tee`` the console shows only the launcher's own lines (as torchrun). An earlier
+  run's logs are refused at start-up unless ``--log-append``; files are only ever appended to.
+* **Draining.** :meth:`Relay.drain` closes the launcher's write ends and reads until every
+  stream's EOF, for at most :data:`DRAIN_S` seconds (a grandchild that left the worker's process
+  group may hold a pipe forever); what is left is read without waiting and written out.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import re
+import select
+import selectors
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from string import Template
+from typing import Any
+
+from npu_migrate.launch.errors import LaunchUsageError, say
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_TEMPLATE = "[${host} node${node_rank} rank${rank}] "
+"""The console prefix with world size > 1 when no --log-line-prefix-template is given."""
+
+TEMPLATE_VARS = ("role_name", "rank", "local_rank", "node_rank", "host")
+"""The ``${name}`` variables a prefix template may use."""
+
+DRAIN_S = 2.0
+"""Seconds :meth:`Relay.drain` waits for every stream's EOF after the workers exited."""
+
+READ_SIZE = 1 << 20
+"""Bytes read per ready stream; also the size asked for each pipe (F_SETPIPE_SZ)."""
+
+COALESCE_S = 0.002
+COALESCE_BYTES = 1 << 16
+"""After a round that read less than this, the reader waits COALESCE_S before the next one."""
+
+MAX_LINE = 1 << 20
+"""A line longer than this (bytes, no line end yet) is written in pieces."""
+
+_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+_SEGMENT = re.compile(rb"[^\r\n]*(?:\r\n|\r|\n)")
+
+
+@dataclass(frozen=True)
+class OutputSettings:
+    """How the workers' output reaches the console and the log files (checked input).
+
+    Attributes:
+        template: the prefix template; None: :data:`DEFAULT_TEMPLATE` with world size > 1, none
+            with 1; "": no prefix.
+        ranks_filter: local ranks shown on the console; None: all.
+        tee: with a log dir, also show the ranks' output on the console.
+        append: add to an earlier run's log files instead of refusing to start.
+        relay: False keeps the workers on the launcher's own descriptors (the pre-relay
+            behaviour; only for the benchmark's baseline: no prefix, filter or log files).
+    """
+
+    template: str | None = None
+    ranks_filter: frozenset[int] | None = None
+    tee: bool = False
+    append: bool = False
+    relay: bool = True
+
+    def prefix_template(self, world_size: int) -> str:
+        if self.template is not None:
+            return self.template
+        return DEFAULT_TEMPLATE if world_size > 1 else ""
+
+    def check(self, nproc: int, log_dir: str | None, node_rank: int) -> None:
+        """The checks that need the node's process count: filter range, this node's earlier logs.
+
+        Raises:
+            LaunchUsageError: as one line.
+        """
+        if log_dir and not self.relay:
+            raise LaunchUsageError("log files need the output relay: drop --inherit-output or --log-dir.")
+        if self.ranks_filter is not None:
+            outside = sorted(r for r in self.ranks_filter if r >= nproc)
+            if outside:
+                raise LaunchUsageError(
+                    f"--local-ranks-filter names local rank {outside[0]}, but this node runs local ranks "
+                    f"0-{nproc - 1}: the filter takes each node's local ranks, not global ranks.")
+        if log_dir and not self.append and os.path.isdir(log_dir):
+            names = set(os.listdir(log_dir))
+            for rank in range(node_rank * nproc, (node_rank + 1) * nproc):
+                pattern = re.compile(rf"rank{rank}(\.attempt\d+)?\.log")
+                found = sorted((n for n in names if pattern.fullmatch(n)), key=lambda n: (len(n), n))
+                if found:
+                    raise LaunchUsageError(
+                        f"--log-dir {log_dir} already holds {found[0]} from an earlier run: pass a new "
+                        "--log-dir, remove the old logs, or add --log-append to append to them.")
+
+
+def _parse_filter(value: str) -> frozenset[int]:
+    items = [v.strip() for v in value.split(",")]
+    bad = [v for v in items if not v.isdigit()]
+    if bad or not items:
+        raise LaunchUsageError(
+            f"--local-ranks-filter {value!r} is not a list of local ranks ({bad[0]!r} is not one): "
+            "expected numbers separated by commas, e.g. 0,1.")
+    return frozenset(int(v) for v in items)
+
+
+def _check_template(template: str) -> None:
+    for match in Template.pattern.finditer(template):
+        if match.group("invalid") is not None:
+            raise LaunchUsageError(
+                f"--log-line-prefix-template {template!r} has a '$' at position {match.start()} "
+                "that starts no variable: write $$ for a dollar sign, or ${name}.")
+        name = match.group("named") or match.group("braced")
+        if name is not None and name not in TEMPLATE_VARS:
+            raise LaunchUsageError(
+                f"--log-line-prefix-template {template!r} uses unknown ${{{name}}}: expected "
+                f"{', '.join('${' + v + '}' for v in TEMPLATE_VARS)}.")
+
+
+def _check_log_dir(log_dir: str) -> None:
+    """The directory, or its nearest existing parent, is a directory this user can write to."""
+    path = os.path.abspath(log_dir)
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    if not os.path.isdir(path):
+        raise LaunchUsageError(f"--log-dir {log_dir}: {path} is not a directory: pass a directory path.")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise LaunchUsageError(f"--log-dir {log_dir}: {path} is not writable: pass a directory you can write to.")
+
+
+def output_settings(
+    template: str | None = None,
+    ranks_filter: str | None = None,
+    tee: bool = False,
+    log_dir: str | None = None,
+    append: bool = False,
+    relay: bool = True,
+) -> OutputSettings:
+    """Check the output flags where they enter and return the settings.
+
+    Raises:
+        LaunchUsageError: a bad filter, an unknown ``${var}``, an unusable log dir, ``--tee``
+            or ``--log-append`` without ``--log-dir``.
+    """
+    if template is not None:
+        _check_template(template)
+    parsed = _parse_filter(ranks_filter) if ranks_filter is not None else None
+    if tee and not log_dir:
+        raise LaunchUsageError("--tee needs --log-dir: without it every rank's output is on the console already.")
+    if append and not log_dir:
+        raise LaunchUsageError("--log-append needs --log-dir: it appends to the rank logs there.")
+    if log_dir:
+        _check_log_dir(log_dir)
+    return OutputSettings(template=template, ranks_filter=parsed, tee=tee, append=append, relay=relay)
+
+
+def log_path(log_dir: str, rank: int, attempt: int) -> str:
+    """``rank{N}.log`` for the first attempt, ``rank{N}.attempt{K}.log`` for restart K."""
+    return os.path.join(log_dir, f"rank{rank}.log" if attempt == 0 else f"rank{rank}.attempt{attempt}.log")
+
+
+def fifo_paths(run_dir: str, local_rank: int) -> tuple[str, str]:
+    """The stdout and stderr FIFOs of one worker in the job's run directory."""
+    return os.path.join(run_dir, f"out{local_rank}.fifo"), os.path.join(run_dir, f"err{local_rank}.fifo")
+
+
+# --------------------------------------------------------------------------- the worker's side
+
+
+def attach(run_dir: str, local_rank: int) -> bool:
+    """In a worker: send fds 1 and 2 into the launcher's FIFOs; False if there are none.
+
+    Python's own buffering is left as it was (line-buffered where the launcher's console is a
+    terminal, block-buffered otherwise), as if the worker still wrote to the launcher's console.
+    """
+    out_path, err_path = fifo_paths(run_dir, local_rank)
+    fds = []
+    try:
+        for path in (out_path, err_path):
+            # Non-blocking open: if the launcher is gone there is no reader, and this fails
+            # with ENXIO instead of waiting forever.
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+            os.set_blocking(fd, True)
+            fds.append(fd)
+    except OSError:
+        for fd in fds:
+            os.close(fd)
+        return False
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (AttributeError, ValueError, OSError):
+            pass
+    for fd, target in zip(fds, (1, 2)):
+        os.dup2(fd, target)
+        os.close(fd)
+    return True
+
+
+# --------------------------------------------------------------------------- the launcher's side
+
+
+class _Stream:
+    """One worker stream: its read end, the cut-off tail, and where whole lines go."""
+
+    __slots__ = ("fd", "console", "prefix", "file", "tail")
+
+    def __init__(self, fd: int, console: int | None, prefix: bytes, file: int | None) -> None:
+        self.fd = fd
+        self.console = console
+        self.prefix = prefix
+        self.file = file
+        self.tail = b""
+
+
+class Relay:
+    """Relays one attempt's workers' output (see the module docstring).
+
+    Args:
+        settings: the checked output flags.
+        cfg: the node's :class:`~npu_migrate.launch.config.LaunchConfig`.
+        run_dir: the job's private directory, where the FIFOs are made.
+        attempt: the restart count (names the log files).
+    """
+
+    def __init__(self, settings: OutputSettings, cfg: Any, run_dir: str, attempt: int) -> None:
+        self.settings = settings
+        self.cfg = cfg
+        self.run_dir = run_dir
+        self.attempt = attempt
+        self._streams: list[_Stream] = []
+        self._held: list[int] = []  # the launcher's write ends: no EOF before the workers are gone
+        self._files: list[int] = []
+        self._selector: Any = None
+        self._thread: threading.Thread | None = None
+        self._wake_r, self._wake_w = -1, -1
+        self._stop = False
+        self._console_ok = {1: True, 2: True}
+
+    def start(self) -> None:
+        """Make the FIFOs and log files, and start the reader thread."""
+        cfg, settings = self.cfg, self.settings
+        template = settings.prefix_template(cfg.world_size)
+        host = socket.gethostname()
+        to_console = not cfg.log_dir or settings.tee
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        for local in range(cfg.nproc):
+            rank = cfg.rank(local)
+            prefix = Template(template).substitute(
+                role_name="default", rank=rank, local_rank=local, node_rank=cfg.node_rank, host=host,
+            ).encode() if template else b""
+            shown = to_console and (settings.ranks_filter is None or local in settings.ranks_filter)
+            file = None
+            if cfg.log_dir:
+                file = os.open(log_path(cfg.log_dir, rank, self.attempt),
+                               os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                self._files.append(file)
+            for path, console in zip(fifo_paths(self.run_dir, local), (1, 2)):
+                if os.path.exists(path):
+                    os.unlink(path)
+                os.mkfifo(path, 0o600)
+                fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+                self._held.append(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+                try:
+                    fcntl.fcntl(fd, _F_SETPIPE_SZ, READ_SIZE)  # fewer wake-ups; over the limit it stays 64 KiB
+                except OSError:
+                    pass
+                stream = _Stream(fd, console if shown else None, prefix, file)
+                self._streams.append(stream)
+                self._selector.register(fd, selectors.EVENT_READ, stream)
+        self._thread = threading.Thread(target=self._loop, name="npu_migrate-output-relay", daemon=True)
+        self._thread.start()
+
+    # -- the reader thread
+
+    def _loop(self) -> None:
+        selector = self._selector
+        while len(selector.get_map()) > 1:
+            got = 0
+            for key, _ in selector.select():
+                stream = key.data
+                if stream is None:
+                    try:
+                        os.read(self._wake_r, 4096)
+                    except BlockingIOError:
+                        pass
+                    if self._stop:
+                        return
+                    continue
+                got += self._read(stream)
+            if 0 < got < COALESCE_BYTES:
+                # Unbuffered ranks write each line in two pieces: let a few arrive before the
+                # next round instead of paying a round per piece (invisible to a reader).
+                time.sleep(COALESCE_S)
+
+    def _read(self, stream: _Stream) -> int:
+        """Read once; the bytes read, 0 (and the stream closed at EOF) when nothing is there."""
+        try:
+            data = os.read(stream.fd, READ_SIZE)
+        except BlockingIOError:
+            return 0
+        except OSError:
+            data = b""
+        if data:
+            try:
+                self._feed(stream, data)
+            except Exception:  # noqa: BLE001 - never stop reading: a full pipe would stall the rank
+                logger.exception("output relay: dropping a stream's output after an error")
+                stream.console = stream.file = None
+            return len(data)
+        self._end(stream)
+        return 0
+
+    def _feed(self, stream: _Stream, data: bytes) -> None:
+        if stream.tail:
+            data = stream.tail + data
+        cut = max(data.rfind(b"\n"), data.rfind(b"\r"))
+        if cut == len(data) - 1 and data[cut] == 13:
+            # Ends in \r: wait for the next byte, which may make it \r\n (one line end).
+            cut = max(data.rfind(b"\n", 0, cut), data.rfind(b"\r", 0, cut))
+        if cut < 0:
+            stream.tail = data
+            if len(data) > MAX_LINE:
+                stream.tail = b""
+                self._emit(stream, data + b"\n")
+            return
+        stream.tail = data[cut + 1:]
+        self._emit(stream, data[:cut + 1])
+
+    def _emit(self, stream: _Stream, whole: bytes) -> None:
+        """Write whole lines (ending in \\n or \\r) to the log file and, prefixed, the console."""
+        if stream.file is not None:
+            try:
+                _write_all(stream.file, whole)
+            except OSError as exc:  # a full disk: the log file stops, the job goes on
+                say(f"could not write to a rank's log in --log-dir ({exc.strerror}); its output there stops.")
+                stream.file = None
+        if stream.console is None or not self._console_ok[stream.console]:
+            return
+        prefix = stream.prefix
+        if not prefix:
+            out = whole
+        elif b"\r" not in whole:
+            # The common case, at C speed: one replace, no per-line Python.
+            out = prefix + whole[:-1].replace(b"\n", b"\n" + prefix) + b"\n"
+        else:
+            parts = []
+            for seg in _SEGMENT.findall(whole):
+                if seg == b"\r":
+                    continue  # tqdm's leading \r: the next segment redraws the line
+                parts.append(prefix + seg)
+            out = b"".join(parts)
+        try:
+            _write_all(stream.console, out)
+        except OSError:  # the reader of our output left (`| head`): keep draining, for the log files
+            self._console_ok[stream.console] = False
+
+    def _end(self, stream: _Stream) -> None:
+        if stream.tail:
+            tail, stream.tail = stream.tail, b""
+            self._emit(stream, tail if tail.endswith(b"\n") else tail + b"\n")
+        try:
+            self._selector.unregister(stream.fd)
+        except (KeyError, ValueError):
+            pass
+        os.close(stream.fd)
+        stream.fd = -1
+
+    # -- the launcher's thread
+
+    def drain(self, timeout: float = DRAIN_S) -> None:
+        """Every worker has exited: relay what is left, then close everything (idempotent)."""
+        for fd in self._held:
+            os.close(fd)
+        self._held = []
+        thread = self._thread
+        if thread is None:
+            return
+        thread.join(timeout)
+        if thread.is_alive():
+            self._stop = True
+            os.write(self._wake_w, b"x")
+            thread.join()
+        self._thread = None
+        for stream in self._streams:  # a pipe still held by a grandchild: take what is there now
+            for _ in range(64):  # bounded: the grandchild may write forever
+                if stream.fd < 0 or not self._read(stream):
+                    break
+            if stream.fd >= 0:
+                self._end(stream)
+        self._selector.close()
+        for fd in [*self._files, self._wake_r, self._wake_w]:
+            os.close(fd)
+        self._files = []
+        for local in range(self.cfg.nproc):
+            for path in fifo_paths(self.run_dir, local):
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        try:
+            n = os.write(fd, view)
+        except BlockingIOError:  # a console left non-blocking by someone else: wait until it takes more
+            select.select([], [fd], [], 1.0)
+            continue
+        view = view[n:]
+
