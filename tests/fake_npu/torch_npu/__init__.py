@@ -62,14 +62,38 @@ _runtime: dict[str, int] = {}
 _SLOTS = 64  # per-device state is kept for this many indices
 
 
+def _note(event: str) -> None:
+    """Append ``event pid`` to $FAKE_NPU_EVENTS, so a test can see which process did what."""
+    path = os.environ.get("FAKE_NPU_EVENTS")
+    if path:
+        with open(path, "a", encoding="ascii") as fh:
+            fh.write(f"{event} {os.getpid()}\n")
+
+
+def _after_fork_in_child() -> None:
+    # The real runtime (like CUDA's) cannot be used in a child forked after it started.
+    if "count" in _runtime:
+        _runtime.clear()
+        _runtime["bad_fork"] = 1
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+_note("import")
+
+
 def _count() -> int:
     """Devices this process sees, fixed when the runtime first starts, as torch_npu's lazy init does.
 
     ASCEND_RT_VISIBLE_DEVICES masks FAKE_NPU_DEVICE_COUNT devices (default 8). It is read at the
     first device query, not at import: torch >= 2.5 imports torch_npu inside ``import torch``,
-    before a launcher or runtime migration can set the variable.
+    before a launcher or runtime migration can set the variable. A process forked after its
+    parent started the runtime cannot start it again, as on a real NPU.
     """
     if "count" not in _runtime:
+        if _runtime.get("bad_fork"):
+            raise RuntimeError("Cannot re-initialize NPU in forked subprocess. To use NPU with multiprocessing, "
+                               "you must use the 'spawn' start method (fake npu)")
+        _note("init")
         visible = os.environ.get("ASCEND_RT_VISIBLE_DEVICES")
         if visible is not None:
             _runtime["count"] = len([d for d in visible.split(",") if d.strip()])
