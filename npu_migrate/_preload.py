@@ -24,6 +24,7 @@ itself and reports the cause in one line before any worker is forked.
 from __future__ import annotations
 
 import os
+import sys
 
 from npu_migrate import _torch_hook
 
@@ -66,3 +67,11 @@ def start_worker() -> None:
         if load is not None:
             load()
     _torch_hook.release()
+    migrate = sys.modules.get("npu_migrate.migrate")
+    if migrate is not None and migrate.is_installed():
+        # Installed inside this worker's multiprocessing bootstrap, which its patch of
+        # BaseProcess._bootstrap cannot wrap any more; workers leave through os._exit (no atexit),
+        # after multiprocessing's finalizers.
+        import multiprocessing.util
+
+        multiprocessing.util.Finalize(None, migrate.REPORT.dump, exitpriority=0)

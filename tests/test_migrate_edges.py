@@ -102,3 +102,212 @@ print(json.dumps(out))
         return
     for case in ("foreign", "foreign_path"):
         assert (got[case]["code"], got[case]["out"], got[case]["err"]) == (0, ["foreign", "ok"], ""), got[case]
+
+
+# --------------------------------------------------------------------------- state kept by the migration
+
+
+def _patched_state() -> dict[str, dict[str, int]]:
+    from test_migrate import _snapshot
+
+    return _snapshot()
+
+
+def test_current_device_is_per_thread() -> None:
+    import threading
+
+    import torch
+
+    from npu_migrate import migrate
+
+    seen: dict[str, object] = {}
+    both_set = threading.Barrier(2)
+
+    def use(name: str, index: int) -> None:
+        torch.cuda.set_device(index)
+        both_set.wait(timeout=60)  # both threads have set theirs before either reads
+        seen[name] = (torch.cuda.current_device(), torch.zeros(1, device="cuda").device.type)
+
+    with migrate.enabled(device="cpu", device_count=3):
+        torch.cuda.set_device(2)
+        threads = [threading.Thread(target=use, args=(f"t{i}", i)) for i in (0, 1)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        fresh = threading.Thread(target=lambda: seen.setdefault("fresh", torch.cuda.current_device()))
+        fresh.start()
+        fresh.join()
+        with torch.cuda.device(1):
+            seen["inside"] = torch.cuda.current_device()
+        seen["main"] = torch.cuda.current_device()
+    assert seen == {"t0": (0, "cpu"), "t1": (1, "cpu"), "fresh": 0, "inside": 1, "main": 2}
+
+
+def test_install_is_all_or_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    import torch
+
+    from npu_migrate import migrate
+    from npu_migrate.errors import NpuMigrateError
+
+    before, env_before = _patched_state(), dict(os.environ)
+    monkeypatch.setenv("NPU_MIGRATE_SIM_DEVICES", "two")
+    with pytest.raises(NpuMigrateError, match=r"NPU_MIGRATE_SIM_DEVICES='two' is not a number of devices"):
+        migrate.install(device="cpu", propagate=True)
+    assert not migrate.is_installed() and _patched_state() == before
+    monkeypatch.delenv("NPU_MIGRATE_SIM_DEVICES")
+    assert dict(os.environ) == env_before
+
+    class ReadOnly(types.ModuleType):
+        """A module whose attributes cannot be replaced: the patching fails part-way."""
+
+        def __setattr__(self, name: str, value: object) -> None:
+            raise AttributeError(f"{name} is read-only")
+
+    nvtx = ReadOnly("torch.cuda.nvtx")
+    for name, value in vars(torch.cuda.nvtx).items():
+        if not name.startswith("__"):
+            types.ModuleType.__setattr__(nvtx, name, value)
+    monkeypatch.setattr(torch.cuda, "nvtx", nvtx)
+    before = _patched_state()
+    with pytest.raises(NpuMigrateError, match=r"could not be installed.*read-only.*nothing was changed"):
+        migrate.install(device="cpu", device_count=2, propagate=True)
+    assert not migrate.is_installed() and _patched_state() == before and dict(os.environ) == env_before
+    assert torch.cuda.is_available() is False
+
+
+def test_a_bad_setting_stops_the_script_before_it_runs(tmp_path: Path) -> None:
+    import subprocess
+
+    from conftest import ROOT
+
+    marker = tmp_path / "ran"
+    script = tmp_path / "job.py"
+    script.write_text(f"import torch\nopen({str(marker)!r}, 'w').close()\n")
+    result = run_cli("run", "--device", "cpu", str(script), env=child_env(NPU_MIGRATE_SIM_DEVICES="0"))
+    assert result.returncode == 2 and not marker.exists()
+    assert result.stderr.strip().splitlines() == [
+        "npu-migrate: error: NPU_MIGRATE_SIM_DEVICES='0' is not a number of devices: expected a whole number, "
+        "1 or more. Set it to how many cuda devices the script should see on cpu, or unset it."
+    ]
+    # A Python started by a migrated job, with the bad setting: it stops at `import torch` and says why.
+    env = child_env(NPU_MIGRATE_MIGRATE="1", NPU_MIGRATE_SIM_DEVICES="two")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "npu_migrate" / "_bootstrap"), env["PYTHONPATH"]])
+    child = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert child.returncode == 2 and not marker.exists()
+    assert child.stderr.strip().splitlines() == [
+        "npu_migrate: runtime migration could not be installed: NPU_MIGRATE_SIM_DEVICES='two' is not a number of "
+        "devices: expected a whole number, 1 or more. Set it to how many cuda devices the script should see on cpu, "
+        "or unset it."
+    ]
+
+
+def test_torch_load_keeps_positional_arguments(tmp_path: Path) -> None:
+    import pickle
+    import types
+
+    import torch
+
+    from npu_migrate import migrate
+
+    used: list[str] = []
+
+    class Unpickler(pickle.Unpickler):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            used.append("Unpickler")
+            super().__init__(*args, **kwargs)
+
+    recording = types.SimpleNamespace(Unpickler=Unpickler, load=pickle.load, dump=pickle.dump, Pickler=pickle.Pickler,
+                                      __name__="recording_pickle")
+    path = tmp_path / "t.pt"
+    torch.save({"w": torch.arange(3.0)}, path)
+    with migrate.enabled(device="cpu", device_count=2):
+        got = torch.load(path, "cuda:1", recording, weights_only=False)
+        assert used == ["Unpickler"] and got["w"].device.type == "cpu"
+        got = torch.load(path, "cuda", recording, weights_only=False)
+        assert used == ["Unpickler", "Unpickler"] and got["w"].tolist() == [0.0, 1.0, 2.0]
+        assert torch.load(path, map_location="cuda:0", weights_only=True)["w"].device.type == "cpu"
+
+
+def test_event_and_stream_stand_ins_behave_like_the_classes() -> None:
+    import torch
+
+    from npu_migrate import migrate
+
+    with migrate.enabled(device="cpu", device_count=2):
+
+        class TimedEvent(torch.cuda.Event):
+            def __init__(self) -> None:
+                super().__init__(enable_timing=True)
+                self.label = "step"
+
+        class MyStream(torch.cuda.Stream):
+            pass
+
+        start, end = TimedEvent(), TimedEvent()
+        assert type(start) is TimedEvent and start.label == "step" and start.enable_timing
+        assert isinstance(start, torch.cuda.Event)
+        start.record()
+        end.record()
+        end.synchronize()
+        assert start.elapsed_time(end) >= 0.0 and end.query()
+        event = torch.cuda.Event(enable_timing=True, blocking=True)
+        assert (event.enable_timing, event.blocking, event.interprocess) == (True, True, False)
+        stream = torch.cuda.Stream(priority=-1)
+        assert type(MyStream()) is MyStream and isinstance(stream, torch.cuda.Stream)
+        assert stream.priority == -1 and stream.query() and stream.device.type == "cpu"
+        stream.wait_event(event)
+        stream.wait_stream(torch.cuda.current_stream())
+        assert isinstance(stream.record_event(), torch.cuda.Event)
+        assert torch.cuda.Stream.priority_range() == (0, 0) and callable(torch.cuda.Event.elapsed_time)
+        with torch.cuda.stream(stream):
+            pass
+
+
+NPU_SCRIPT = """
+import json, threading
+import torch
+
+torch.cuda.set_device(1)
+out = {}
+
+def other_thread():
+    out["thread"] = [torch.cuda.current_device(), str(torch.zeros(1, device="cuda").device)]
+
+t = threading.Thread(target=other_thread)
+t.start()
+t.join()
+out["main"] = [torch.cuda.current_device(), str(torch.zeros(1, device="cuda").device)]
+torch.cuda.nvtx.range_push("step {}".format(1))
+torch.cuda.nvtx.range_pop()
+with torch.cuda.nvtx.range("epoch {}", 3):
+    pass
+torch.cuda.nvtx.mark("here")
+torch.cuda.nvtx.range_end(torch.cuda.nvtx.range_start("span"))
+out["mstx"] = torch.npu.mstx.calls
+
+class TimedEvent(torch.cuda.Event):
+    pass
+
+event = TimedEvent(enable_timing=True)
+stream = torch.cuda.Stream()
+out["event"] = [type(event).__name__, isinstance(event, torch.cuda.Event), event.enable_timing]
+out["stream"] = [str(stream.device), stream.priority, stream.query()]
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.fake_npu
+def test_on_npu_threads_nvtx_events_and_streams_keep_their_meaning(tmp_path: Path) -> None:
+    script = tmp_path / "npu_job.py"
+    script.write_text(NPU_SCRIPT)
+    result = run_cli("run", str(script), env=child_env(FAKE_NPU, ASCEND_RT_VISIBLE_DEVICES="0,1"))
+    assert result.returncode == 0, result.stderr
+    got = json.loads(result.stdout.splitlines()[-1])
+    assert got["thread"] == [0, "npu:0"] and got["main"] == [1, "npu:1"]
+    assert got["mstx"] == [["range_start", "step 1"], ["range_end", 1], ["range_start", "epoch 3"], ["range_end", 3],
+                           ["mark", "here"], ["range_start", "span"], ["range_end", 6]]
+    assert got["event"] == ["TimedEvent", True, True]
+    assert got["stream"] == ["npu:1", 0, True]
