@@ -311,3 +311,75 @@ def test_on_npu_threads_nvtx_events_and_streams_keep_their_meaning(tmp_path: Pat
                            ["mark", "here"], ["range_start", "span"], ["range_end", 6]]
     assert got["event"] == ["TimedEvent", True, True]
     assert got["stream"] == ["npu:1", 0, True]
+
+
+# --------------------------------------------------------------------------- who is the user
+
+ASKING_MODULE = """
+import torch
+
+def ask():
+    return torch.cuda.is_available()
+
+def run_generated():
+    scope = {}
+    exec(compile("import torch\\nanswer = torch.cuda.is_available()", "<string>", "exec"), scope)
+    return scope["answer"]
+"""
+
+
+def _site_packages(tmp_path: Path) -> Path:
+    """A site-packages folder as ``pip install --target`` leaves it: the user's package and a library."""
+    site = tmp_path / "env" / "site-packages"
+    for name in ("userpkg", "libpkg"):
+        (site / name).mkdir(parents=True)
+        (site / name / "__init__.py").write_text(ASKING_MODULE)
+    return site
+
+
+def test_installed_user_package_and_generated_code_are_classified_by_who_runs_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from npu_migrate import migrate
+    from npu_migrate.migrate.report import REPORT
+
+    site = _site_packages(tmp_path)
+    monkeypatch.syspath_prepend(str(site))
+    import libpkg
+    import userpkg
+
+    def generated_here() -> bool:
+        scope: dict = {}
+        exec(compile("import torch\nanswer = torch.cuda.is_available()", "<string>", "exec"), scope)  # noqa: S102
+        return scope["answer"]
+
+    with migrate.enabled(device="cpu"):
+        # installed, so a library by default; generated code is whoever ran it
+        assert (userpkg.ask(), libpkg.ask(), generated_here(), libpkg.run_generated()) == (False, False, True, False)
+    REPORT.reset()
+    monkeypatch.setenv("NPU_MIGRATE_USER_CODE", os.pathsep.join(["userpkg", str(tmp_path / "elsewhere")]))
+    with migrate.enabled(device="cpu"):
+        assert (userpkg.ask(), userpkg.run_generated(), libpkg.ask(), libpkg.run_generated()) == (True, True, False, False)
+        report = REPORT.as_dict()
+    user_code = {entry["path"]: entry["source"] for entry in report["user_code"]}
+    assert user_code[str(site / "userpkg")] == "NPU_MIGRATE_USER_CODE" and str(tmp_path / "elsewhere") in user_code
+    entry = report["entries"]["torch.cuda.is_available"]
+    assert entry["count"] == 2 and entry["library_calls"] >= 2  # libpkg asked twice and got torch's answer
+
+
+def test_user_code_flag_on_the_command_line(tmp_path: Path) -> None:
+    site = _site_packages(tmp_path)
+    script = tmp_path / "train.py"
+    script.write_text("import json, libpkg, userpkg\nprint(json.dumps([userpkg.ask(), libpkg.ask()]))\n")
+    report = tmp_path / "report.json"
+    env = child_env(site)
+    result = run_cli("run", "--device", "cpu", "--user-code", "userpkg", "--migrate-report", str(report), str(script),
+                     env=env)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.splitlines()[-1]) == [True, False]
+    merged = json.loads(report.read_text())
+    assert {(e["path"], e["source"]) for e in merged["user_code"]} >= {(str(site / "userpkg"), "--user-code"),
+                                                                       (str(tmp_path), "script")}
+    from npu_migrate.launch.cli import build_parser
+
+    args = build_parser().parse_args(["--migrate", "--user-code", "userpkg", "--user-code", "src", "train.py"])
+    assert args.user_code == ["userpkg", "src"]
