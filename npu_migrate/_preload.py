@@ -67,11 +67,13 @@ def start_worker() -> None:
         if load is not None:
             load()
     _torch_hook.release()
-    migrate = sys.modules.get("npu_migrate.migrate")
-    if migrate is not None and migrate.is_installed():
+    state = sys.modules.get("npu_migrate.migrate.state")
+    if state is not None and state.is_installed():
         # Installed inside this worker's multiprocessing bootstrap, which its patch of
         # BaseProcess._bootstrap cannot wrap any more; workers leave through os._exit (no atexit),
         # after multiprocessing's finalizers.
         import multiprocessing.util
 
-        multiprocessing.util.Finalize(None, migrate.REPORT.dump, exitpriority=0)
+        from npu_migrate.migrate.report import REPORT
+
+        multiprocessing.util.Finalize(None, REPORT.dump, exitpriority=0)
