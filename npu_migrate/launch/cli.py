@@ -72,6 +72,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Runtime migration: the script's CUDA calls go to the chosen device (npu, or cpu for tests).")
     parser.add_argument("--migrate-report", dest="migrate_report", default=None,
                         help="With --migrate, merge what every rank redirected into FILE (.json or markdown).")
+    from npu_migrate.migrate import usercode  # torch-free
+
+    usercode.add_argument(parser)
     parser.add_argument("--dry-run", action="store_true",
                         help="Print every process's ranks, device, backend and environment; start nothing.")
     parser.add_argument("-m", "--module", action="store_true",
@@ -111,6 +114,8 @@ def run(args: argparse.Namespace) -> int:
         target = Target(script=args.script, args=tuple(args.script_args))
     if args.migrate_report and not args.migrate:
         raise LaunchUsageError("--migrate-report needs --migrate: it reports what runtime migration redirected.")
+    if args.user_code and not args.migrate:
+        raise LaunchUsageError("--user-code needs --migrate: it says whose CUDA calls runtime migration redirects.")
     from npu_migrate.compare import settings as probe_settings
 
     probe = probe_settings.from_args(args)
@@ -122,7 +127,9 @@ def run(args: argparse.Namespace) -> int:
     if args.migrate and not args.dry_run:
         # Before the fork server starts: it imports torch, and the migration must be armed there.
         from npu_migrate.migrate import environment as _migrate_hook
+        from npu_migrate.migrate import usercode
 
+        usercode.export(args.user_code, usercode.script_of(args.script, args.module))
         report_dir = tempfile.mkdtemp(prefix="npu_migrate_report_") if args.migrate_report else None
         _migrate_hook.export_environment(args.device, args.nproc or 1, report_dir)
     methods: list[str] = []

@@ -32,6 +32,7 @@ import os
 import sys
 import sysconfig
 from dataclasses import dataclass
+from typing import Any
 
 ENV_USER_CODE = "NPU_MIGRATE_USER_CODE"
 """``os.pathsep``-separated folders, files or package names whose code is the user's."""
@@ -183,3 +184,39 @@ def classify(path: str, roots: list[Root]) -> Root | None:
             if best is None or len(root.path) > len(best.path):
                 best = root
     return best
+
+
+def add_argument(parser: Any) -> None:
+    """``--user-code PATH_OR_PACKAGE`` (repeatable), for ``npu-migrate run`` and ``launch --migrate``."""
+    parser.add_argument(
+        "--user-code", "--user_code", dest="user_code", action="append", default=None, metavar="PATH_OR_PACKAGE",
+        help="Treat this folder, file or installed package as your own code, so its CUDA calls are migrated "
+             "(repeatable; also NPU_MIGRATE_USER_CODE). Default: the script's folder and packages installed "
+             "editable from it; everything else in site-packages is a library and gets torch's own answers.",
+    )
+
+
+def script_of(script: str, module: bool = False) -> str | None:
+    """The file of the job's script, or of the module ``python -m`` would run (found without importing)."""
+    if not module:
+        return os.path.abspath(script)
+    try:
+        spec = importlib.util.find_spec(script)
+    except (ImportError, ValueError):
+        return None
+    return os.path.abspath(spec.origin) if spec is not None and spec.origin and os.path.isfile(spec.origin) else None
+
+
+def export(user_code: list[str] | None, script: str | None) -> None:
+    """Pass the job's script and ``--user-code`` entries to every process of the job, and check them.
+
+    Raises:
+        UsageError: an entry that is neither a path nor an importable package.
+    """
+    if script:
+        os.environ[ENV_SCRIPT] = script
+    if user_code:
+        before = os.environ.get(ENV_USER_CODE)
+        os.environ[ENV_USER_CODE] = os.pathsep.join([*user_code, *([before] if before else [])])
+        os.environ[ENV_USER_CODE_SOURCE] = "--user-code"
+    named_roots()  # a typo fails here, in one line, before anything starts
