@@ -8,9 +8,10 @@ DataLoader workers, ``python`` subprocesses) migrates too.
 It follows coverage.py's ``process_startup`` pattern: the hook itself is inert unless the job's
 variables say otherwise, and it steps aside for everything that is not ours:
 
-* **Foreign interpreters do nothing.** The exporting process records its ``sys.prefix`` in
-  NPU_MIGRATE_PYTHON; another interpreter or virtual environment started by the job (a system
-  ``python3`` without torch, a tool's own venv) leaves the hook alone, silently.
+* **Foreign interpreters do nothing.** Runtime migration records the exporting interpreter's
+  ``sys.prefix`` in NPU_MIGRATE_PYTHON; another interpreter or virtual environment started by the
+  job (a system ``python3`` without torch, a tool's own venv) leaves the hook alone, silently, and
+  so does any interpreter that cannot import npu_migrate.
 * **The sitecustomize it shadows stays the real one.** Only a ``.pth`` file in site-packages runs
   at start-up without a name on the path, and a source checkout or a shared environment has no
   such file to offer; so this module runs the next ``sitecustomize`` on the path as site.py would,

@@ -193,7 +193,6 @@ class ProbeSettings:
         put = set_env or os.environ.__setitem__
         for name, value in self.to_env().items():
             put(name, value)
-        put(_migrate_hook.ENV_PYTHON, sys.prefix)  # the bootstrap stays inert in other interpreters
         path = os.environ.get("PYTHONPATH", "")
         if _migrate_hook.BOOTSTRAP_DIR not in path.split(os.pathsep):
             put("PYTHONPATH", os.pathsep.join(p for p in (_migrate_hook.BOOTSTRAP_DIR, path) if p))

@@ -116,6 +116,10 @@ def run(args: argparse.Namespace) -> int:
         raise LaunchUsageError("--migrate-report needs --migrate: it reports what runtime migration redirected.")
     if args.user_code and not args.migrate:
         raise LaunchUsageError("--user-code needs --migrate: it says whose CUDA calls runtime migration redirects.")
+    if args.migrate and not args.dry_run:
+        from npu_migrate.migrate import usercode  # torch-free: checks --user-code before anything starts
+
+        usercode.export(args.user_code, usercode.script_of(args.script, args.module))
     from npu_migrate.compare import settings as probe_settings
 
     probe = probe_settings.from_args(args)
@@ -127,9 +131,7 @@ def run(args: argparse.Namespace) -> int:
     if args.migrate and not args.dry_run:
         # Before the fork server starts: it imports torch, and the migration must be armed there.
         from npu_migrate.migrate import environment as _migrate_hook
-        from npu_migrate.migrate import usercode
 
-        usercode.export(args.user_code, usercode.script_of(args.script, args.module))
         report_dir = tempfile.mkdtemp(prefix="npu_migrate_report_") if args.migrate_report else None
         _migrate_hook.export_environment(args.device, args.nproc or 1, report_dir)
     methods: list[str] = []

@@ -74,17 +74,46 @@ def is_internal(filename: str) -> bool:
     return bool(known)
 
 
+# torch.compile evaluates the user's calls (torch.cuda.is_available(), x.is_cuda) inside
+# dynamo's own frames; the question belongs to the code being traced.
+_DYNAMO = os.path.join("torch", "_dynamo", "")
+
+
+def traced_filename(frame: Any) -> str | None:
+    """The file of the code dynamo is tracing when ``frame`` is one of dynamo's, else None."""
+    while frame is not None and _DYNAMO in frame.f_code.co_filename:
+        local = frame.f_locals
+        tx = local.get("tx") or getattr(local.get("self"), "tx", None)  # a translator, or a builder's
+        code = getattr(tx, "f_code", None)
+        if code is not None:
+            return code.co_filename
+        frame = frame.f_back
+    return None
+
+
 def internal_frame(frame: Any) -> bool:
-    """Whether the code running in ``frame`` is internal; generated code asks the frame that ran it."""
+    """Whether the code running in ``frame`` is internal.
+
+    Generated code asks the nearest frame with a file (the code that ran it); dynamo's frames ask
+    the code they are tracing.
+    """
     while frame is not None:
         filename = frame.f_code.co_filename
         known = _CLASSIFIED.get(filename, _UNSEEN)
         if known is _UNSEEN:
             known = _CLASSIFIED[filename] = _classify(filename)
-        if known is not None:
-            return known
-        frame = frame.f_back
+        if known is None:
+            frame = frame.f_back
+            continue
+        if known and _DYNAMO in filename:
+            traced = traced_filename(frame)
+            if traced is not None:
+                return is_internal(traced)
+        return known
     return False  # generated code run from nowhere with a file: an interactive session
+
+
+is_internal_caller = internal_frame  # the name the compile patches use
 
 
 def user_site(depth: int = 2) -> str:

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from npu_migrate.migrate.callers import internal_frame, record
+from npu_migrate.migrate.callers import is_internal_caller, record
 from npu_migrate.migrate.state import STATE, on_cpu, patch
 
 
@@ -78,7 +78,7 @@ def install() -> None:
     autocast_init = torch.amp.autocast_mode.autocast.__init__
 
     def autocast_(self: Any, device_type: str, dtype: Any = None, *args: Any, **kwargs: Any) -> None:
-        if device_type == "cuda" and not internal_frame(sys._getframe(1)):
+        if device_type == "cuda" and not is_internal_caller(sys._getframe(1)):
             device_type = STATE.target.name  # type: ignore[union-attr]
             dtype = dtype if dtype is not None else STATE.target.amp_dtype  # type: ignore[union-attr]
             record('torch.autocast(device_type="cuda")')
@@ -93,7 +93,7 @@ def install() -> None:
 
         class GradScaler(scaler):  # type: ignore[misc, valid-type]
             def __init__(self, device: str = "cuda", *args: Any, **kwargs: Any) -> None:
-                if device == "cuda" and not internal_frame(sys._getframe(1)):
+                if device == "cuda" and not is_internal_caller(sys._getframe(1)):
                     device = STATE.target.name  # type: ignore[union-attr]
                     if STATE.target.amp_dtype != torch.float16:  # type: ignore[union-attr]
                         kwargs["enabled"] = False

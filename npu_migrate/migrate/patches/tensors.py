@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import torch
 
-from npu_migrate.migrate.callers import internal_frame, record
+from npu_migrate.migrate.callers import is_internal_caller, record
 from npu_migrate.migrate.mapping import map_device, target_device
 from npu_migrate.migrate.sim import index
 from npu_migrate.migrate.state import STATE, patch
@@ -93,7 +93,7 @@ def install() -> None:
     name = STATE.target.name  # type: ignore[union-attr]
 
     def get_is_cuda(self: Any) -> bool:
-        if internal_frame(sys._getframe(1)):
+        if is_internal_caller(sys._getframe(1)):
             return is_cuda.__get__(self)
         record("Tensor.is_cuda")
         return self.device.type == name
