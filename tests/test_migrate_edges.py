@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import FAKE_NPU, child_env, run_cli
+from conftest import FAKE_NPU, ROOT, child_env, run_cli
 from launch_support import Launch, reports
 
 FOREIGN_PYTHON = "/usr/bin/python3"
@@ -56,52 +56,53 @@ def test_fork_server_leaves_the_device_runtime_to_the_workers(tmp_path: Path) ->
     assert {int(pid) for what, pid in lines if what == "init"} >= {r["pid"] for r in got}
 
 
+def _migrated_env(**extra: str) -> dict[str, str]:
+    """The environment ``npu-migrate run --device cpu --device-num 2`` gives the Pythons its job starts."""
+    from npu_migrate.migrate.environment import export_environment
+
+    env = child_env(**extra)
+    saved = dict(os.environ)
+    try:
+        os.environ.clear()
+        os.environ.update(env)
+        export_environment("cpu", 2)
+        return dict(os.environ)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def _python(argv: list[str], env: dict[str, str], *pythonpath: str) -> subprocess.CompletedProcess:
+    env = dict(env, PYTHONPATH=os.pathsep.join(pythonpath))
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, cwd=ROOT)
+
+
 def test_child_pythons_keep_their_sitecustomize_and_foreign_ones_stay_quiet(tmp_path: Path) -> None:
     broken, good = tmp_path / "broken_site", tmp_path / "good_site"
     broken.mkdir()
     good.mkdir()
     (broken / "sitecustomize.py").write_text("raise RuntimeError('broken on purpose')\n")
     (good / "sitecustomize.py").write_text("import os\nos.environ['SYSTEM_SITE_RAN'] = '1'\n")
-    foreign = FOREIGN_PYTHON if os.path.exists(FOREIGN_PYTHON) and os.path.realpath(FOREIGN_PYTHON) != os.path.realpath(sys.executable) else None
-    script = tmp_path / "parent.py"
-    script.write_text(f"""
-import json, os, subprocess, sys
-
-def run(argv, pythonpath):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(pythonpath))
-    done = subprocess.run(argv, env=env, capture_output=True, text=True)
-    return {{"code": done.returncode, "out": done.stdout.split(), "err": done.stderr}}
-
-path = os.environ["PYTHONPATH"].split(os.pathsep)
-ours = [p for p in path if p.endswith("_bootstrap")]
-out = {{
-    # a broken system sitecustomize on the path: reported as Python reports it, migration still on
-    "broken": run([sys.executable, "-c", "import torch; print(torch.cuda.is_available(), torch.cuda.device_count())"],
-                  path + [{str(broken)!r}]),
-    # a working one is imported as `sitecustomize` itself (no torch needed to see it)
-    "good": run([sys.executable, "-c", "import os, sitecustomize; "
-                 "print(sitecustomize.__file__, os.environ.get('SYSTEM_SITE_RAN'))"],
-                path + [{str(good)!r}]),
-}}
-if {foreign!r}:
-    # another interpreter, without npu_migrate (it lives in the job's environment only)
-    out["foreign"] = run([{foreign!r}, "-c", "print('foreign ok')"], ours)
-    # another interpreter that can import npu_migrate from the path
-    out["foreign_path"] = run([{foreign!r}, "-c", "print('foreign ok')"], path)
-print(json.dumps(out))
-""")
-    result = run_cli("run", "--device", "cpu", "--device-num", "2", str(script))
-    assert result.returncode == 0, result.stderr
-    got = json.loads(result.stdout.splitlines()[-1])
-    assert got["broken"]["out"] == ["True", "2"], got["broken"]
-    assert "Error in sitecustomize" in got["broken"]["err"] and "broken on purpose" in got["broken"]["err"]
-    assert "npu_migrate" not in got["broken"]["err"]
-    assert got["good"]["out"] == [str(good / "sitecustomize.py"), "1"], got["good"]
-    assert got["good"]["err"] == ""
-    if foreign is None:
+    env = _migrated_env()
+    path = env["PYTHONPATH"].split(os.pathsep)
+    ours = [p for p in path if p.endswith("_bootstrap")]
+    # A broken system sitecustomize on the path: reported as Python reports it; migration still on.
+    done = _python([sys.executable, "-c", "import torch; print(torch.cuda.is_available(), torch.cuda.device_count())"],
+                   env, *path, str(broken))
+    assert (done.returncode, done.stdout.split()) == (0, ["True", "2"]), done.stderr
+    assert "Error in sitecustomize" in done.stderr and "broken on purpose" in done.stderr
+    assert "npu_migrate" not in done.stderr
+    # A working one is imported as `sitecustomize` itself (no torch needed to see it).
+    done = _python([sys.executable, "-c", "import os, sitecustomize; print(sitecustomize.__file__, os.environ['SYSTEM_SITE_RAN'])"],
+                   env, *path, str(good))
+    assert (done.returncode, done.stdout.split(), done.stderr) == (0, [str(good / "sitecustomize.py"), "1"], "")
+    if not os.path.exists(FOREIGN_PYTHON) or os.path.realpath(FOREIGN_PYTHON) == os.path.realpath(sys.executable):
         return
-    for case in ("foreign", "foreign_path"):
-        assert (got[case]["code"], got[case]["out"], got[case]["err"]) == (0, ["foreign", "ok"], ""), got[case]
+    # Another interpreter: without npu_migrate (installed in the job's environment only), and with
+    # npu_migrate importable from the path; neither says anything.
+    for pythonpath in (ours, path):
+        done = _python([FOREIGN_PYTHON, "-c", "print('foreign ok')"], env, *pythonpath)
+        assert (done.returncode, done.stdout, done.stderr) == (0, "foreign ok\n", ""), pythonpath
 
 
 # --------------------------------------------------------------------------- state kept by the migration
@@ -179,10 +180,6 @@ def test_install_is_all_or_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_bad_setting_stops_the_script_before_it_runs(tmp_path: Path) -> None:
-    import subprocess
-
-    from conftest import ROOT
-
     marker = tmp_path / "ran"
     script = tmp_path / "job.py"
     script.write_text(f"import torch\nopen({str(marker)!r}, 'w').close()\n")
@@ -193,8 +190,7 @@ def test_a_bad_setting_stops_the_script_before_it_runs(tmp_path: Path) -> None:
         "1 or more. Set it to how many cuda devices the script should see on cpu, or unset it."
     ]
     # A Python started by a migrated job, with the bad setting: it stops at `import torch` and says why.
-    env = child_env(NPU_MIGRATE_MIGRATE="1", NPU_MIGRATE_SIM_DEVICES="two")
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "npu_migrate" / "_bootstrap"), env["PYTHONPATH"]])
+    env = dict(_migrated_env(), NPU_MIGRATE_SIM_DEVICES="two")
     child = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
     assert child.returncode == 2 and not marker.exists()
     assert child.stderr.strip().splitlines() == [
