@@ -11,6 +11,11 @@ Runtime migration (:mod:`npu_migrate.migrate.hook`) and the ``--probe`` recordin
 ``sitecustomize``. One finder on ``sys.meta_path`` watches for ``torch`` only, lets it import as
 usual, runs the callbacks in the order they were added once ``torch/__init__.py`` has run, and
 steps aside. Processes that never import torch pay nothing.
+
+A launcher's fork server imports torch for its workers but must not start a device runtime
+before it forks (real accelerators refuse to re-initialise in a forked child). It calls
+:func:`hold` first: the callbacks then wait, and each forked worker runs them with
+:func:`release`, in its own process, before the user's code.
 """
 
 from __future__ import annotations
@@ -20,10 +25,11 @@ import sys
 from typing import Any, Callable
 
 _CALLBACKS: list[Callable[[], None]] = []
+_HELD: list[bool] = []  # [True] while hold() is in force in this process image
 
 
 def _run_callbacks() -> None:
-    while _CALLBACKS:
+    while _CALLBACKS and not _HELD:
         _CALLBACKS.pop(0)()
 
 
@@ -55,9 +61,27 @@ def after_torch_import(callback: Callable[[], None]) -> None:
 
     ``callback`` must not raise: it runs inside the user's ``import torch``.
     """
-    if "torch" in sys.modules:
+    if "torch" in sys.modules and not _HELD:
         callback()
         return
     _CALLBACKS.append(callback)
     if not any(isinstance(f, _TorchFinder) for f in sys.meta_path):
         sys.meta_path.insert(0, _TorchFinder())
+
+
+def hold() -> None:
+    """Keep the callbacks from running at ``import torch`` until :func:`release` (in a forked child)."""
+    if not _HELD:
+        _HELD.append(True)
+
+
+def held() -> bool:
+    """Whether :func:`hold` is in force: callbacks wait for :func:`release`."""
+    return bool(_HELD)
+
+
+def release() -> None:
+    """Stop holding, and run the callbacks now if torch is imported (else at ``import torch``)."""
+    _HELD.clear()
+    if "torch" in sys.modules:
+        _run_callbacks()

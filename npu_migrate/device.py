@@ -564,6 +564,8 @@ class HostEvent:
 
     def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> None:
         self.enable_timing = enable_timing
+        self.blocking = blocking
+        self.interprocess = interprocess
         self._time: float | None = None
 
     def record(self, stream: Any = None) -> None:
@@ -593,6 +595,11 @@ class HostStream:
     def __init__(self, device: Any = None, priority: int = 0, **kwargs: Any) -> None:
         self.device = torch.device("cpu")
         self.priority = priority
+
+    @staticmethod
+    def priority_range() -> tuple[int, int]:
+        """``(lowest, highest)`` priority, as ``torch.cuda.Stream.priority_range()``: one level on CPU."""
+        return (0, 0)
 
     def synchronize(self) -> None:
         pass

@@ -107,6 +107,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Runtime migration: the script's CUDA calls go to the chosen device (npu, or cpu for tests).")
     parser.add_argument("--migrate-report", dest="migrate_report", default=None,
                         help="With --migrate, merge what every rank redirected into FILE (.json or markdown).")
+    from npu_migrate.migrate import usercode  # torch-free
+
+    usercode.add_argument(parser)
     parser.add_argument("--dry-run", action="store_true",
                         help="Print every process's ranks, device, backend and environment; start nothing.")
     parser.add_argument("-m", "--module", action="store_true",
@@ -156,6 +159,12 @@ def run(args: argparse.Namespace) -> int:
                              relay=not args.inherit_output)
     if args.migrate_report and not args.migrate:
         raise LaunchUsageError("--migrate-report needs --migrate: it reports what runtime migration redirected.")
+    if args.user_code and not args.migrate:
+        raise LaunchUsageError("--user-code needs --migrate: it says whose CUDA calls runtime migration redirects.")
+    if args.migrate and not args.dry_run:
+        from npu_migrate.migrate import usercode  # torch-free: checks --user-code before anything starts
+
+        usercode.export(args.user_code, usercode.script_of(args.script, args.module))
     from npu_migrate.compare import settings as probe_settings
 
     probe = probe_settings.from_args(args)

@@ -93,6 +93,10 @@ def prepare(local_rank: int, cfg: LaunchConfig, restart: int, run_dir: str | Non
     _set_threads()
     from npu_migrate import device as _device
 
+    preload = sys.modules.get("npu_migrate._preload")  # present when forked from the fork server
+    if preload is not None:
+        preload.start_worker()  # the device extension and runtime migration start here, not in the fork server
+
     _device._clear_caches()  # the fork server may have detected with another environment
     if _device.device_spec().is_accelerator:
         _device.set_device(local_rank)  # bound before any user code runs

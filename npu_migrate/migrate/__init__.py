@@ -76,9 +76,11 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+    loaded = importlib.import_module(f"{__name__}.{module}")
+    # Bind every name the module provides: importing the submodule ``install`` set the package's
+    # attribute ``install`` to the module, which would hide the function of that name.
+    globals().update({n: getattr(loaded, n) for n, m in _LAZY.items() if m == module})
+    return globals()[name]
 
 
 def __dir__() -> list[str]:

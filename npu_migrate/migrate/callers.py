@@ -4,15 +4,21 @@ Usage::
 
     from npu_migrate.migrate import callers
 
-    callers.reset()                                   # at install: recompute what is internal
+    callers.reset()                                   # at install: recompute the roots (see usercode)
     callers.is_internal(frame.f_code.co_filename)     # True for torch, stdlib, site-packages, npu_migrate
+    callers.internal_frame(sys._getframe(1))          # the same for a frame; generated code: who ran it
     callers.record("Tensor.cuda")                     # counted in the report, with the user's call site
     wrapped = callers.caller_aware(torch.cuda.is_available, lambda: True, "torch.cuda.is_available", "redirected")
 
 Queries such as ``torch.cuda.is_available()`` answer for the target device when the caller is
-user code, and give torch's own answer to code in torch, the standard library, site-packages and
-npu_migrate, so optimizers, DataLoader and libraries never take CUDA-only paths on a machine without
-CUDA. :func:`caller_aware` and :func:`switch_class` build those two-faced functions and classes.
+user code, and give torch's own answer to library code, so optimizers, DataLoader and libraries
+never take CUDA-only paths on a machine without CUDA. Which files are whose is decided by
+:mod:`npu_migrate.migrate.usercode` (the longest root containing the file wins; ``--user-code``
+names more). Generated code (``<string>`` from ``exec``, FX's ``<eval_with_key>``) has no file:
+it takes the classification of the nearest frame with one, the code that ran it.
+:func:`caller_aware` and :func:`switch_class` build the two-faced functions and classes; a class
+derived from a stand-in (``class Timer(torch.cuda.Event)``) is built on what its defining code
+would construct.
 """
 
 from __future__ import annotations
@@ -20,57 +26,56 @@ from __future__ import annotations
 import functools
 import os
 import sys
-import sysconfig
+import types
 from typing import Any, Callable
 
+from npu_migrate.migrate import usercode
 from npu_migrate.migrate.report import REPORT
 
-_CLASSIFIED: dict[str, bool] = {}
-_PREFIXES: list[tuple[str, ...]] = [()]
+_CLASSIFIED: dict[str, bool | None] = {}  # file -> internal; None: generated code, ask who ran it
+_UNSEEN = object()
+_ROOTS: list[list[usercode.Root]] = [[]]
+_LEFT_ALONE: dict[str, int] = {}  # api -> calls from library code that got torch's own answer
 
 
 def internal_prefixes() -> tuple[str, ...]:
-    """Directories whose code is internal: torch, npu_migrate, the standard library, site-packages."""
-    import torch
-
-    paths = sysconfig.get_paths()
-    prefixes = {
-        os.path.dirname(os.path.abspath(torch.__file__)),
-        os.path.dirname(os.path.dirname(os.path.abspath(__file__))),  # npu_migrate
-        *(paths.get(k, "") for k in ("stdlib", "platstdlib", "purelib", "platlib")),
-    }
-    try:
-        import site
-
-        prefixes.update(site.getsitepackages())
-        prefixes.add(site.getusersitepackages())
-    except (AttributeError, ImportError):
-        pass
-    return tuple(sorted(os.path.join(os.path.realpath(p), "") for p in prefixes if p))
+    """Folders whose code is internal: torch, npu_migrate, the standard library, site-packages."""
+    return tuple(os.path.join(r.path, "") for r in usercode.internal_roots())
 
 
 def reset() -> None:
-    """Recompute the internal prefixes and forget every classified file (called by ``install``)."""
-    _PREFIXES[0] = internal_prefixes()
+    """Recompute the roots and forget every classified file (called by ``install``).
+
+    Raises:
+        UsageError: ``--user-code``/``NPU_MIGRATE_USER_CODE`` names something that does not exist.
+    """
+    user = usercode.resolve()
+    _ROOTS[0] = usercode.internal_roots() + user
     _CLASSIFIED.clear()
+    _LEFT_ALONE.clear()
+    REPORT.user_code = [{"path": r.path, "source": r.source, "name": r.name} for r in user]
+    REPORT.left_alone = _LEFT_ALONE
+
+
+def _classify(filename: str) -> bool | None:
+    if filename.startswith("<frozen") or filename.startswith("<__array_function__"):
+        return True
+    if filename.startswith("<"):  # <string>, <eval_with_key>.3, <stdin>: whoever ran it
+        return None
+    root = usercode.classify(os.path.realpath(filename), _ROOTS[0])
+    return root is not None and not root.user
 
 
 def is_internal(filename: str) -> bool:
-    """True for code whose questions about CUDA must get torch's true answer."""
-    known = _CLASSIFIED.get(filename)
-    if known is None:
-        if filename.startswith("<frozen") or filename.startswith("<__array_function__"):
-            known = True
-        elif filename.startswith("<"):  # <string>, <stdin>: the user's own code
-            known = False
-        else:
-            known = os.path.realpath(filename).startswith(_PREFIXES[0])
-        _CLASSIFIED[filename] = known
-    return known
+    """True for code whose questions about CUDA must get torch's true answer (generated code: False)."""
+    known = _CLASSIFIED.get(filename, _UNSEEN)
+    if known is _UNSEEN:
+        known = _CLASSIFIED[filename] = _classify(filename)
+    return bool(known)
 
 
 # torch.compile evaluates the user's calls (torch.cuda.is_available(), x.is_cuda) inside
-# dynamo's own frames; the question belongs to the code being traced (see is_internal_caller).
+# dynamo's own frames; the question belongs to the code being traced.
 _DYNAMO = os.path.join("torch", "_dynamo", "")
 
 
@@ -86,17 +91,29 @@ def traced_filename(frame: Any) -> str | None:
     return None
 
 
-def is_internal_caller(frame: Any) -> bool:
-    """:func:`is_internal` for the code running in ``frame``, or the code dynamo traces there."""
-    filename = frame.f_code.co_filename
-    known = _CLASSIFIED.get(filename)  # the hot path: one dict lookup for a file already seen
-    if known is False or (known is None and not is_internal(filename)):
-        return False
-    if _DYNAMO in filename:
-        traced = traced_filename(frame)
-        if traced is not None:
-            return is_internal(traced)
-    return True
+def internal_frame(frame: Any) -> bool:
+    """Whether the code running in ``frame`` is internal.
+
+    Generated code asks the nearest frame with a file (the code that ran it); dynamo's frames ask
+    the code they are tracing.
+    """
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        known = _CLASSIFIED.get(filename, _UNSEEN)
+        if known is _UNSEEN:
+            known = _CLASSIFIED[filename] = _classify(filename)
+        if known is None:
+            frame = frame.f_back
+            continue
+        if known and _DYNAMO in filename:
+            traced = traced_filename(frame)
+            if traced is not None:
+                return is_internal(traced)
+        return known
+    return False  # generated code run from nowhere with a file: an interactive session
+
+
+is_internal_caller = internal_frame  # the name the compile patches use
 
 
 def user_site(depth: int = 2) -> str:
@@ -116,11 +133,17 @@ def record(api: str, kind: str = "redirected", detail: str = "") -> None:
         REPORT.record(api, kind, user_site(3), detail)
 
 
+def left_alone(api: str) -> None:
+    """Count one call of ``api`` from library code, which got torch's own answer."""
+    _LEFT_ALONE[api] = _LEFT_ALONE.get(api, 0) + 1
+
+
 def caller_aware(original: Callable[..., Any], replacement: Callable[..., Any], api: str, kind: str,
                  detail: str = "") -> Callable[..., Any]:
     """Torch and libraries get ``original``; user code gets ``replacement`` (and is counted)."""
     def call(*args: Any, **kwargs: Any) -> Any:
-        if is_internal_caller(sys._getframe(1)):
+        if internal_frame(sys._getframe(1)):
+            left_alone(api)
             return original(*args, **kwargs)
         record(api, kind, detail)
         return replacement(*args, **kwargs)
@@ -131,13 +154,43 @@ def caller_aware(original: Callable[..., Any], replacement: Callable[..., Any], 
 
 
 class SwitchMeta(type):
-    """A class stand-in: user code constructs ``_impl``, torch constructs ``_orig``; isinstance sees both."""
+    """A class stand-in: user code constructs ``_impl``, torch constructs ``_orig``; isinstance sees both.
+
+    Class attributes (``torch.cuda.Stream.priority_range``, unbound methods) come from ``_impl``
+    where it has them, else from ``_orig``. A class derived from a stand-in is built on ``_impl``
+    when user code defines it and on ``_orig`` when a library does, so ``Timer(...)`` constructs
+    a ``Timer``.
+    """
+
+    def __new__(mcs, name: str, bases: tuple, namespace: dict, **kwargs: Any) -> Any:
+        if "_orig" in namespace:  # the stand-in itself (switch_class)
+            return super().__new__(mcs, name, bases, namespace, **kwargs)
+        internal = internal_frame(sys._getframe(1))
+        resolved = []
+        for base in bases:
+            if isinstance(base, SwitchMeta):
+                impl = type.__getattribute__(base, "_impl")
+                base = type.__getattribute__(base, "_orig") if internal or not isinstance(impl, type) else impl
+            resolved.append(base)
+        body = {k: v for k, v in namespace.items() if k != "__qualname__"}
+        cls = types.new_class(name, tuple(resolved), kwargs, lambda ns: ns.update(body))
+        cls.__qualname__ = namespace.get("__qualname__", name)
+        return cls
 
     def __call__(cls, *args: Any, **kwargs: Any) -> Any:
-        if is_internal_caller(sys._getframe(1)):
+        if internal_frame(sys._getframe(1)):
+            left_alone(cls._api)
             return cls._orig(*args, **kwargs)
         record(cls._api, cls._kind, cls._detail)
         return cls._impl(*args, **kwargs)
+
+    def __getattr__(cls, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        impl = type.__getattribute__(cls, "_impl")
+        if hasattr(impl, name):
+            return getattr(impl, name)
+        return getattr(type.__getattribute__(cls, "_orig"), name)
 
     def __instancecheck__(cls, obj: Any) -> bool:
         return isinstance(obj, cls._types)
@@ -148,8 +201,8 @@ class SwitchMeta(type):
 
 def switch_class(original: type, impl: Callable[..., Any], api: str, kind: str, detail: str = "") -> type:
     """A stand-in for class ``original``: user code gets ``impl(...)``, internal code ``original(...)``."""
-    types = tuple(t for t in (original, impl) if isinstance(t, type))
+    types_ = tuple(t for t in (original, impl) if isinstance(t, type))
     return SwitchMeta(original.__name__, (), {
         "_orig": original, "_impl": impl, "_api": api, "_kind": kind, "_detail": detail,
-        "_types": types, "__doc__": original.__doc__, "__module__": original.__module__,
+        "_types": types_, "__doc__": original.__doc__, "__module__": original.__module__,
     })

@@ -39,6 +39,9 @@ def build_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     parser.add_argument("--migrate-report", dest="migrate_report", default=None,
                         help="Write what was redirected, in every process of the job, to FILE (.json or markdown).")
     parser.add_argument("-m", "--module", action="store_true", help="Run SCRIPT as a module, like python -m.")
+    from npu_migrate.migrate import usercode  # torch-free
+
+    usercode.add_argument(parser)
     from npu_migrate.compare import settings as probe_settings  # --probe DIR and its filters
 
     probe_settings.add_probe_arguments(parser)
@@ -73,6 +76,9 @@ def run(args: argparse.Namespace) -> int:
     if probe is not None:
         probe.prepare_directory()
         probe.export()  # processes the script starts record too
+    from npu_migrate.migrate import usercode
+
+    usercode.export(args.user_code, usercode.script_of(args.script, args.module))
     report_dir = tempfile.mkdtemp(prefix="npu_migrate_report_") if args.migrate_report else None
     migrate.install(device=args.device, device_count=args.device_num, propagate=True, report_dir=report_dir)
     if probe is not None:

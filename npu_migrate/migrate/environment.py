@@ -14,11 +14,14 @@ Children read these variables: ``npu_migrate/_bootstrap/sitecustomize.py`` (firs
 from __future__ import annotations
 
 import os
+import sys
 from typing import Callable, Optional
 
 ENV_MIGRATE = "NPU_MIGRATE_MIGRATE"
 ENV_SIM_DEVICES = "NPU_MIGRATE_SIM_DEVICES"
 ENV_REPORT_DIR = "NPU_MIGRATE_REPORT_DIR"
+ENV_PYTHON = "NPU_MIGRATE_PYTHON"
+"""``sys.prefix`` of the exporting interpreter: the bootstrap arms nothing in another one."""
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_bootstrap")
 
 
@@ -39,6 +42,7 @@ def export_environment(device: str | None = None, device_count: int | None = Non
     """
     put = set_env or os.environ.__setitem__
     put(ENV_MIGRATE, "1")
+    put(ENV_PYTHON, sys.prefix)  # the bootstrap stays inert in other interpreters and environments
     path = os.environ.get("PYTHONPATH", "")
     if BOOTSTRAP_DIR not in path.split(os.pathsep):
         put("PYTHONPATH", os.pathsep.join(p for p in (BOOTSTRAP_DIR, path) if p))

@@ -10,7 +10,9 @@ Usage::
 see :func:`npu_migrate.migrate.environment.export_environment`) calls :func:`arm` when
 ``NPU_MIGRATE_MIGRATE=1``. It installs the migration the moment ``torch/__init__.py`` has finished
 (:mod:`npu_migrate._torch_hook`). Processes that never import torch pay nothing. This module imports
-neither torch nor the rest of :mod:`npu_migrate.migrate` until then.
+neither torch nor the rest of :mod:`npu_migrate.migrate` until then. A process whose install fails
+(a bad ``NPU_MIGRATE_SIM_DEVICES``...) stops there with one line on stderr, exit code 2 for a bad
+setting and 1 otherwise, rather than run its CUDA code unmigrated.
 """
 
 from __future__ import annotations
@@ -22,12 +24,24 @@ from npu_migrate.migrate.environment import ENV_MIGRATE
 
 
 def _activate() -> None:
+    """Install, or end the process with one line: a job's process must not run unmigrated unnoticed.
+
+    ``install()`` rolls back what it did before it raises, and its errors are one line already
+    (a bad ``NPU_MIGRATE_SIM_DEVICES`` names the value and the fix). This runs inside the
+    script's ``import torch``, where a traceback would point at the wrong line.
+    """
     try:
         from npu_migrate.migrate.install import install_from_env
 
         install_from_env()
-    except Exception as exc:  # noqa: BLE001 - never break the user's `import torch`
-        print(f"npu_migrate: runtime migration could not be installed: {exc}", file=sys.stderr)
+    except Exception as exc:  # noqa: BLE001 - any failure: say it in one line, then stop
+        prefix = "npu_migrate: runtime migration could not be installed: "
+        message = str(exc)
+        if message.startswith("runtime migration could not be installed: "):
+            message = message[len("runtime migration could not be installed: "):]
+        sys.stderr.write(f"{prefix}{message}\n")
+        sys.stderr.flush()
+        raise SystemExit(getattr(exc, "exit_code", 1)) from None
 
 
 def arm() -> None:

@@ -25,7 +25,7 @@ from npu_migrate.migrate.mapping import map_environment
 from npu_migrate.migrate.patches import AREAS
 from npu_migrate.migrate.report import REPORT
 from npu_migrate.migrate.sim import count_from_env
-from npu_migrate.migrate.state import STATE, is_installed, rollback, set_env
+from npu_migrate.migrate.state import STATE, all_or_nothing, is_installed, rollback, set_env
 
 
 def install(device: str | None = None, device_count: int | None = None, propagate: bool = False,
@@ -43,33 +43,37 @@ def install(device: str | None = None, device_count: int | None = None, propagat
 
     Returns:
         The target family (``"npu"``, ``"cpu"``, or ``"cuda"``, where nothing changes).
+
+    Raises:
+        NpuMigrateError: a bad setting, or a failure part-way (then nothing stays patched).
     """
     with STATE.lock:
         if STATE.target is not None:
             return STATE.target.name
-        # Before anything asks the device for its count: torch_npu's runtime reads the mask once,
-        # when it first starts, and choosing the family already starts it.
-        requested = (device or os.environ.get(_device.ENV_DEVICE) or "auto").strip().lower()
-        if requested == "npu" or (requested == "auto" and importlib.util.find_spec("torch_npu") is not None):
-            map_environment(_device.DEVICES["npu"])
-        spec = _device.device_spec(device)
-        if propagate:
-            export_environment(spec.name, device_count, report_dir)
-        elif report_dir:
-            set_env(environment.ENV_REPORT_DIR, report_dir)
-        REPORT.target = spec.name
-        STATE.target = spec
-        if spec.name == "cuda":
-            return spec.name  # nothing to move
-        callers.reset()
-        STATE.count = device_count if device_count is not None else (
-            count_from_env() if not spec.is_accelerator else _device.device_count())
-        STATE.current = 0
-        if spec.is_accelerator:
-            map_environment(spec)
-        for install_area in AREAS:
-            install_area()
-        return spec.name
+        with all_or_nothing():  # a failure part-way leaves nothing patched
+            # Before anything asks the device for its count: torch_npu's runtime reads the mask once,
+            # when it first starts, and choosing the family already starts it.
+            requested = (device or os.environ.get(_device.ENV_DEVICE) or "auto").strip().lower()
+            if requested == "npu" or (requested == "auto" and importlib.util.find_spec("torch_npu") is not None):
+                map_environment(_device.DEVICES["npu"])
+            spec = _device.device_spec(device)
+            if propagate:
+                export_environment(spec.name, device_count, report_dir)
+            elif report_dir:
+                set_env(environment.ENV_REPORT_DIR, report_dir)
+            REPORT.target = spec.name
+            STATE.target = spec
+            if spec.name == "cuda":
+                return spec.name  # nothing to move
+            callers.reset()
+            STATE.count = device_count if device_count is not None else (
+                count_from_env() if not spec.is_accelerator else _device.device_count())
+            STATE.current = 0
+            if spec.is_accelerator:
+                map_environment(spec)
+            for install_area in AREAS:
+                install_area()
+            return spec.name
 
 
 def uninstall() -> None:

@@ -32,6 +32,8 @@ class Report:
     def __init__(self) -> None:
         self.entries: dict[str, dict[str, Any]] = {}
         self.target = ""
+        self.user_code: list[dict[str, str]] = []  # the user-code roots (callers.reset)
+        self.left_alone: dict[str, int] = {}  # api -> calls from library code, given torch's answer
 
     def record(self, api: str, kind: str, site: str | None, detail: str = "") -> None:
         entry = self.entries.get(api)
@@ -42,6 +44,7 @@ class Report:
 
     def reset(self) -> None:
         self.entries = {}
+        self.left_alone.clear()
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -50,7 +53,9 @@ class Report:
             "rank": os.environ.get("RANK"),
             "target": self.target,
             "argv0": sys.argv[0] if sys.argv else "",
-            "entries": self.entries,
+            "entries": {api: dict(e, library_calls=self.left_alone.get(api, 0)) for api, e in self.entries.items()},
+            "user_code": self.user_code,
+            "left_alone": self.left_alone,
         }
 
     def dump(self) -> str | None:
@@ -88,8 +93,13 @@ def merge(directory: str) -> dict[str, Any]:
                                            "first_site": entry["first_site"], "detail": entry.get("detail", "")})
             merged["count"] += entry["count"]
             merged["processes"] += 1
+        for api, calls in proc.get("left_alone", {}).items():
+            if api in apis:
+                apis[api]["library_calls"] = apis[api].get("library_calls", 0) + calls
     targets = sorted({p["target"] for p in processes if p.get("target")})
-    return {"processes": len(processes), "targets": targets, "apis": dict(sorted(apis.items()))}
+    user_code = sorted({(r["path"], r["source"], r.get("name", "")) for p in processes for r in p.get("user_code", [])})
+    return {"processes": len(processes), "targets": targets, "apis": dict(sorted(apis.items())),
+            "user_code": [{"path": p, "source": s, "name": n} for p, s, n in user_code]}
 
 
 def to_markdown(report: dict[str, Any]) -> str:
@@ -97,6 +107,10 @@ def to_markdown(report: dict[str, Any]) -> str:
         "# npu_migrate runtime migration report",
         "",
         f"Processes: {report['processes']}; target: {', '.join(report['targets']) or '-'}",
+        "",
+        "## User code (CUDA calls from here are migrated; torch, site-packages and other libraries get torch's answers)",
+        "",
+        *[f"- `{r['path']}` ({r['source']}{': ' + r['name'] if r['name'] else ''})" for r in report.get("user_code", [])],
         "",
     ]
     titles = {
@@ -110,8 +124,10 @@ def to_markdown(report: dict[str, Any]) -> str:
         if not rows:
             lines += ["(none)", ""]
             continue
-        lines += ["| API | calls | processes | first call site | note |", "|---|---|---|---|---|"]
-        lines += [f"| `{api}` | {e['count']} | {e['processes']} | {e['first_site']} | {e['detail']} |" for api, e in rows]
+        lines += ["| API | calls | library calls left alone | processes | first call site | note |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| `{api}` | {e['count']} | {e.get('library_calls', 0)} | {e['processes']} | {e['first_site']} | "
+                  f"{e['detail']} |" for api, e in rows]
         lines.append("")
     return "\n".join(lines)
 

@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import torch
 
-from npu_migrate.errors import MigrationError
+from npu_migrate.errors import MigrationError, UsageError
 from npu_migrate.migrate.environment import ENV_SIM_DEVICES
 from npu_migrate.migrate.state import STATE
 
@@ -94,10 +94,19 @@ def properties(device: Any = None) -> SimpleNamespace:
 
 
 def count_from_env() -> int:
-    """How many CUDA devices the script sees on cpu: NPU_MIGRATE_SIM_DEVICES, CUDA_VISIBLE_DEVICES, or 1."""
+    """How many CUDA devices the script sees on cpu: NPU_MIGRATE_SIM_DEVICES, CUDA_VISIBLE_DEVICES, or 1.
+
+    Raises:
+        UsageError: NPU_MIGRATE_SIM_DEVICES is set but not a whole number of 1 or more.
+    """
     value = os.environ.get(ENV_SIM_DEVICES)
     if value:
-        return max(1, int(value))
+        if not value.strip().isdigit() or int(value) < 1:
+            raise UsageError(
+                f"{ENV_SIM_DEVICES}={value!r} is not a number of devices: expected a whole number, 1 or more. "
+                "Set it to how many cuda devices the script should see on cpu, or unset it."
+            )
+        return int(value)
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible:
         return max(1, len([d for d in visible.split(",") if d.strip()]))

@@ -13,14 +13,21 @@ Usage::
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from dataclasses import dataclass, field
 from types import FunctionType, ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 if TYPE_CHECKING:
     from npu_migrate.registry import DeviceSpec
+
+
+class _PerThread(threading.local):
+    """The current device, per thread as CUDA keeps it: a new thread starts on device 0."""
+
+    current = 0
 
 
 @dataclass
@@ -30,7 +37,7 @@ class State:
     Attributes:
         target: the family CUDA calls go to; ``None`` while migration is off.
         count: how many CUDA devices the script sees.
-        current: the current (simulated) device index on the CPU target.
+        current: the current (simulated) device index on the CPU target, of the calling thread.
         patches: ``(owner, name, had_own_attribute, old_value)`` in the order they were applied.
         env_before: environment variables changed, with their previous values (``None``: unset).
         originals: torch objects a patch needs after replacing them (``"amp.GradScaler"``).
@@ -39,11 +46,19 @@ class State:
 
     target: DeviceSpec | None = None
     count: int = 1
-    current: int = 0
+    per_thread: _PerThread = field(default_factory=_PerThread)
     patches: list[tuple[Any, str, bool, Any]] = field(default_factory=list)
     env_before: dict[str, str | None] = field(default_factory=dict)
     originals: dict[str, Any] = field(default_factory=dict)
     lock: threading.RLock = field(default_factory=threading.RLock)
+
+    @property
+    def current(self) -> int:
+        return self.per_thread.current
+
+    @current.setter
+    def current(self, index: int) -> None:
+        self.per_thread.current = index
 
 
 STATE = State()
@@ -72,17 +87,39 @@ def patch(owner: Any, name: str, new: Any) -> None:
     """
     had = name in vars(owner)
     old = vars(owner)[name] if had else getattr(owner, name, None)
-    STATE.patches.append((owner, name, had, old))
     if isinstance(new, (FunctionType, type)):
         new.__module__ = owner.__name__ if isinstance(owner, ModuleType) else owner.__module__
         new.__qualname__ = name if isinstance(owner, ModuleType) else f"{owner.__qualname__}.{name}"
     setattr(owner, name, new)
+    STATE.patches.append((owner, name, had, old))  # only once applied: rollback undoes what happened
 
 
 def set_env(key: str, value: str) -> None:
     """Set an environment variable and remember its old value for :func:`rollback`."""
     STATE.env_before.setdefault(key, os.environ.get(key))
     os.environ[key] = value
+
+
+@contextlib.contextmanager
+def all_or_nothing() -> Iterator[None]:
+    """Install inside: on any failure every patch and variable is put back and one clear error raised.
+
+    Raises:
+        NpuMigrateError: the failure's own one-line error (a bad setting), or a
+            :class:`~npu_migrate.errors.MigrationError` naming the failure.
+    """
+    from npu_migrate.errors import MigrationError, NpuMigrateError
+
+    try:
+        yield
+    except BaseException as exc:
+        rollback()
+        if isinstance(exc, NpuMigrateError) or not isinstance(exc, Exception):
+            raise
+        raise MigrationError(
+            f"runtime migration could not be installed: {type(exc).__name__}: {exc}; nothing was changed "
+            "(every patch was rolled back)."
+        ) from exc
 
 
 def rollback() -> None:
@@ -105,3 +142,4 @@ def rollback() -> None:
         STATE.env_before.clear()
         STATE.target = None
         STATE.originals.clear()
+        STATE.per_thread = _PerThread()  # every thread starts on device 0 at the next install

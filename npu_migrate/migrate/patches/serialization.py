@@ -5,6 +5,9 @@ Usage::
     from npu_migrate.migrate.patches import serialization
 
     serialization.install()   # torch.load(f) of a CUDA checkpoint restores onto the target
+
+``map_location`` is mapped where the caller put it, by keyword or second positional argument;
+the other arguments (``pickle_module`` third) go to torch as they came.
 """
 
 from __future__ import annotations
@@ -28,10 +31,10 @@ def install() -> None:
         return default_restore_location(storage, str(map_device(location)))
 
     def torch_load(*args: Any, **kwargs: Any) -> Any:
-        if len(args) >= 2:
-            kwargs["map_location"] = args[1]
-            args = args[:1]
-        where = kwargs.get("map_location")
+        # torch.load(f, map_location=None, pickle_module=None, *, ...): map the second positional
+        # where it stands, so a third (pickle_module) keeps its place.
+        positional = len(args) >= 2
+        where = args[1] if positional else kwargs.get("map_location")
         if where is None:
             mapped: Any = restore  # a CUDA checkpoint must not try to restore onto CUDA
         elif isinstance(where, dict):
@@ -42,6 +45,8 @@ def install() -> None:
             mapped = map_device(where)
         if mapped is not where and where is not None:
             record("torch.load(map_location=)")
+        if positional:
+            return load(args[0], mapped, *args[2:], **kwargs)
         kwargs["map_location"] = mapped
         return load(*args, **kwargs)
 

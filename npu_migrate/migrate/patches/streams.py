@@ -5,16 +5,21 @@ Usage::
     from npu_migrate.migrate.patches import streams
 
     streams.CUDA_CLASSES["Event"]    # ("redirected", HostEvent, "host event: measures time")
-    streams.install_nvtx()           # torch.cuda.nvtx.* become profiling no-ops (torch.npu's on npu)
+    streams.install_nvtx()           # torch.cuda.nvtx.*: torch.npu.mstx markers on npu, else no-ops
 
 :mod:`.cuda_namespace` patches the names in :data:`CUDA_TABLE` and :data:`CUDA_CLASSES` with the
-rest of ``torch.cuda``; on npu it uses ``torch.npu``'s function of the same name instead.
+rest of ``torch.cuda``; on npu it uses ``torch.npu``'s function of the same name instead. The
+stand-ins keep what the CUDA classes offer (``Event(enable_timing=True).enable_timing``,
+``Stream.priority``, ``query()``, ``wait_event``...), and a user's subclass of ``torch.cuda.Event``
+or ``Stream`` constructs that subclass (:class:`npu_migrate.migrate.callers.SwitchMeta`).
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable
+import itertools
+import threading
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -38,20 +43,67 @@ CUDA_CLASSES: dict[str, tuple[str, Callable[..., Any], str]] = {
     "Stream": ("redirected", _device.HostStream, "host stream"),
     "StreamContext": ("redirected", lambda stream: contextlib.nullcontext(stream), ""),
 }
-# torch.cuda.nvtx ranges only annotate profiles: harmless no-ops on the target.
+# torch.cuda.nvtx ranges annotate profiles. On npu they become torch.npu.mstx markers (the Ascend
+# profiler's, torch_npu.npu.mstx) where torch_npu has them; elsewhere, no-ops that take the same
+# arguments and return what CUDA's do (a nesting depth, a range id).
 NVTX = ("range_push", "range_pop", "range_start", "range_end", "mark", "range")
 
 
+class _Ranges(threading.local):
+    """The open ``range_push`` ranges of this thread (NVTX's push/pop stack is per thread)."""
+
+    def __init__(self) -> None:
+        self.stack: list[Any] = []
+
+
+def nvtx_functions(mstx: Any) -> dict[str, Callable[..., Any]]:
+    """``torch.cuda.nvtx``'s functions over ``mstx`` (``mark``/``range_start``/``range_end``), or no-ops."""
+    ranges = _Ranges()
+    ids = itertools.count(1)
+
+    def range_start(msg: str, *args: Any, **kwargs: Any) -> int:
+        return mstx.range_start(msg) if mstx is not None else next(ids)
+
+    def range_end(range_id: int) -> None:
+        if mstx is not None:
+            mstx.range_end(range_id)
+
+    def range_push(msg: str, *args: Any, **kwargs: Any) -> int:
+        ranges.stack.append(range_start(msg))
+        return len(ranges.stack) - 1  # the zero-based depth of the new range, as NVTX returns
+
+    def range_pop(*args: Any, **kwargs: Any) -> int:
+        if not ranges.stack:
+            return -1  # NVTX's answer for a pop without a push
+        range_end(ranges.stack.pop())
+        return len(ranges.stack)
+
+    def mark(msg: str, *args: Any, **kwargs: Any) -> None:
+        if mstx is not None:
+            mstx.mark(msg)
+
+    @contextlib.contextmanager
+    def range(msg: str, *args: Any, **kwargs: Any) -> Iterator[None]:  # noqa: A001 - torch.cuda.nvtx.range
+        range_push(msg.format(*args, **kwargs))
+        try:
+            yield
+        finally:
+            range_pop()
+
+    return {"range_push": range_push, "range_pop": range_pop, "range_start": range_start,
+            "range_end": range_end, "mark": mark, "range": range}
+
+
 def install_nvtx() -> None:
-    """``torch.cuda.nvtx.*``: no-ops for user code (``torch.npu.nvtx``'s on npu, where it has them)."""
+    """``torch.cuda.nvtx.*`` for user code: ``torch.npu.mstx`` markers on npu where present, else no-ops."""
     spec = STATE.target
     assert spec is not None
     npu = getattr(torch, spec.name, None) if spec.is_accelerator else None
+    mstx = getattr(npu, "mstx", None)
+    where = f"torch.{spec.name}.mstx" if mstx is not None else "profiling annotation"
+    functions = nvtx_functions(mstx)
     nvtx = torch.cuda.nvtx
     for name in NVTX:
         if hasattr(nvtx, name):
-            impl: Any = contextlib.nullcontext if name == "range" else (lambda *a, **k: None)
-            if npu is not None and hasattr(getattr(npu, "nvtx", None), name):
-                impl = getattr(npu.nvtx, name)
-            patch(nvtx, name, caller_aware(getattr(nvtx, name), lambda *a, _i=impl, **k: _i(), f"torch.cuda.nvtx.{name}",
-                                           "noop", "profiling annotation"))
+            patch(nvtx, name, caller_aware(getattr(nvtx, name), functions[name], f"torch.cuda.nvtx.{name}",
+                                           "redirected" if mstx is not None else "noop", where))

@@ -9,8 +9,12 @@ What it simulates:
 
 * the ``npu`` device: PrivateUse1 renamed to ``npu``, ``torch.npu`` with FAKE_NPU_DEVICE_COUNT
   devices (default 8, masked by ASCEND_RT_VISIBLE_DEVICES like the real runtime), a current
-  device that ``torch.npu.set_device`` and ``torch.accelerator.set_device_index`` change and
-  record in ``torch.npu._state``, ``Tensor.npu()``/``is_npu``/``Module.npu()``;
+  device per thread that ``torch.npu.set_device`` and ``torch.accelerator.set_device_index`` change and
+  record in ``torch.npu._state``, ``Tensor.npu()``/``is_npu``/``Module.npu()``; the runtime starts
+  at the first device query and, as a real one, refuses to start again in a child forked after
+  that (``FAKE_NPU_EVENTS=FILE`` records which process imported it and which started it);
+* ``torch.npu.mstx`` (``mark``, ``range_start``, ``range_end``): the profiler markers, recorded
+  in ``torch.npu.mstx.calls``;
 * tensors on it: :class:`NpuTensor`, a wrapper subclass holding a CPU tensor. Factories
   (``torch.zeros(..., device="npu:1")``), ``.to("npu:1")``, views, in-place and ``out=`` ops,
   autograd, ``.cpu()``, ``.item()``, ``.tolist()``, printing, ``copy.deepcopy`` and
@@ -62,14 +66,38 @@ _runtime: dict[str, int] = {}
 _SLOTS = 64  # per-device state is kept for this many indices
 
 
+def _note(event: str) -> None:
+    """Append ``event pid`` to $FAKE_NPU_EVENTS, so a test can see which process did what."""
+    path = os.environ.get("FAKE_NPU_EVENTS")
+    if path:
+        with open(path, "a", encoding="ascii") as fh:
+            fh.write(f"{event} {os.getpid()}\n")
+
+
+def _after_fork_in_child() -> None:
+    # The real runtime (like CUDA's) cannot be used in a child forked after it started.
+    if "count" in _runtime:
+        _runtime.clear()
+        _runtime["bad_fork"] = 1
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+_note("import")
+
+
 def _count() -> int:
     """Devices this process sees, fixed when the runtime first starts, as torch_npu's lazy init does.
 
     ASCEND_RT_VISIBLE_DEVICES masks FAKE_NPU_DEVICE_COUNT devices (default 8). It is read at the
     first device query, not at import: torch >= 2.5 imports torch_npu inside ``import torch``,
-    before a launcher or runtime migration can set the variable.
+    before a launcher or runtime migration can set the variable. A process forked after its
+    parent started the runtime cannot start it again, as on a real NPU.
     """
     if "count" not in _runtime:
+        if _runtime.get("bad_fork"):
+            raise RuntimeError("Cannot re-initialize NPU in forked subprocess. To use NPU with multiprocessing, "
+                               "you must use the 'spawn' start method (fake npu)")
+        _note("init")
         visible = os.environ.get("ASCEND_RT_VISIBLE_DEVICES")
         if visible is not None:
             _runtime["count"] = len([d for d in visible.split(",") if d.strip()])
@@ -78,7 +106,14 @@ def _count() -> int:
     return _runtime["count"]
 
 
-_state: dict[str, Any] = {"current": 0, "set_device_calls": [], "seed": None}
+class _Current(threading.local):
+    """The current device is per thread, as on the real runtime (and CUDA): a new thread starts on 0."""
+
+    index = 0
+
+
+_current = _Current()
+_state: dict[str, Any] = {"set_device_calls": [], "seed": None}
 _PRIVATEUSE1 = torch._C._autograd.DeviceType.PrivateUse1
 _DEFAULT_SEED = 67280421310721  # what torch.cuda's generators start from
 
@@ -93,24 +128,24 @@ def _check(index: Any) -> int:
 def _index(device: Any = None) -> int:
     """The device index ``device`` (int, str, torch.device or None for current) names."""
     if device is None:
-        return _state["current"]
+        return _current.index
     if isinstance(device, int):
         return _check(device)
     device = torch.device(device)
     if device.type != "npu":
         raise ValueError(f"fake npu: expected an npu device, got {device}")
-    return _state["current"] if device.index is None else _check(device.index)
+    return _current.index if device.index is None else _check(device.index)
 
 
 def _set_device(index: Any) -> None:
-    _state["current"] = _index(index)
-    _state["set_device_calls"].append(_state["current"])
+    _current.index = _index(index)
+    _state["set_device_calls"].append(_current.index)
 
 
 def _exchange_device(index: int) -> int:
-    previous = _state["current"]
+    previous = _current.index
     if index >= 0:
-        _state["current"] = _check(index)
+        _current.index = _check(index)
     return previous
 
 
@@ -120,7 +155,7 @@ _generators = [torch.Generator().manual_seed(_DEFAULT_SEED) for _ in range(_SLOT
 
 
 def _manual_seed(seed: int) -> None:
-    _generators[_state["current"]].manual_seed(int(seed))
+    _generators[_current.index].manual_seed(int(seed))
 
 
 def _manual_seed_all(seed: int) -> None:
@@ -475,7 +510,7 @@ class _DeviceContext:
 npu = types.ModuleType("torch_npu.npu")
 npu.is_available = lambda: _count() > 0
 npu.device_count = _count
-npu.current_device = lambda: _state["current"]
+npu.current_device = lambda: _current.index
 npu.set_device = _set_device
 npu.device = _DeviceContext
 npu.synchronize = lambda device=None: None
@@ -486,7 +521,7 @@ npu.manual_seed = _manual_seed
 npu.manual_seed_all = _manual_seed_all
 npu.seed = lambda: _manual_seed(torch.seed())
 npu.seed_all = lambda: _manual_seed_all(torch.seed())
-npu.initial_seed = lambda: _generators[_state["current"]].initial_seed()
+npu.initial_seed = lambda: _generators[_current.index].initial_seed()
 npu.get_rng_state = lambda device="npu": _generators[_index(device)].get_state()
 npu.set_rng_state = lambda state, device="npu": _generators[_index(device)].set_state(state)
 npu.get_rng_state_all = lambda: [g.get_state() for g in _generators]
@@ -513,6 +548,23 @@ npu.current_stream = _current_stream
 npu.default_stream = _current_stream
 npu.stream = _StreamContext
 npu.NpuTensor = NpuTensor
+npu.mstx = types.SimpleNamespace(calls=[])  # torch_npu.npu.mstx: markers for the Ascend profiler
+
+
+def _mstx_mark(message: str = "", stream: Any = None) -> None:
+    npu.mstx.calls.append(("mark", message))
+
+
+def _mstx_range_start(message: str, stream: Any = None) -> int:
+    npu.mstx.calls.append(("range_start", message))
+    return len(npu.mstx.calls)  # a range id; 0 means failure
+
+
+def _mstx_range_end(range_id: int) -> None:
+    npu.mstx.calls.append(("range_end", range_id))
+
+
+npu.mstx.mark, npu.mstx.range_start, npu.mstx.range_end = _mstx_mark, _mstx_range_start, _mstx_range_end
 npu._state = _state  # lets tests read what npu_migrate asked the device to do
 
 
@@ -541,7 +593,7 @@ torch.utils.backend_registration._setup_privateuseone_for_python_backend(
 # A device guard written in Python always answers "device 0, 1 device" to C++ (torch/csrc/acc),
 # so torch.accelerator's device-index calls are pointed at the simulated runtime instead, as
 # torch_npu's C++ guard would answer them. CPU work is synchronous: synchronize has nothing to do.
-torch._C._accelerator_getDeviceIndex = lambda: _state["current"]
+torch._C._accelerator_getDeviceIndex = lambda: _current.index
 torch._C._accelerator_setDeviceIndex = lambda index: _set_device(index) if index >= 0 else None
 torch._C._accelerator_exchangeDevice = _exchange_device
 torch._C._accelerator_maybeExchangeDevice = _exchange_device
