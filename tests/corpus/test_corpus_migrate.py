@@ -15,6 +15,8 @@ reason: it starts failing (XPASS) once runtime migration is fixed, and the marke
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import subprocess
 import sys
@@ -85,10 +87,22 @@ def launch_migrate(work: Path, script: str, *args: str, log_dir: Path, timeout: 
     return _run(command, work, log_dir, timeout, **env)
 
 
-def npu_migrate_run(work: Path, script: str, *args: str, timeout: float = 240, **env: str) -> Job:
-    """``npu-migrate run --device cpu --device-num 2 SCRIPT ARGS``: the script sees 2 cuda devices."""
-    command = [sys.executable, "-m", "npu_migrate", "run", "--device", "cpu", "--device-num", "2", script, *args]
-    return _run(command, work, None, timeout, **env)
+def npu_migrate_run(work: Path, script: str, *args: str, devices: int = 1, timeout: float = 240,
+                    **env: str) -> tuple[Job, dict]:
+    """``npu-migrate run --device cpu --device-num N --migrate-report R SCRIPT ARGS``.
+
+    Returns the job and the merged migration report (what every process redirected, and where).
+    """
+    report = work / "migration-report.json"
+    command = [sys.executable, "-m", "npu_migrate", "run", "--device", "cpu", "--device-num", str(devices),
+               "--migrate-report", str(report), script, *args]
+    job = _run(command, work, None, timeout, **env)
+    return job, (json.loads(report.read_text()) if report.is_file() else {})
+
+
+def redirected(report: dict) -> set[str]:
+    """The CUDA APIs the report says were redirected or dropped as harmless no-ops."""
+    return {name for name, entry in report.get("apis", {}).items() if entry["kind"] in ("redirected", "noop")}
 
 
 # --- karpathy/nanoGPT: torchrun env, torch.compile, fused AdamW, autocast + GradScaler, resume ----------
@@ -103,8 +117,6 @@ _NANOGPT_TINY = (
 
 def _evals(text: str) -> dict[int, float]:
     """nanoGPT's ``step N: train loss X, val loss Y`` lines, as {N: Y}."""
-    import re
-
     return {int(m[1]): float(m[2]) for m in re.finditer(r"step (\d+): train loss [\d.]+, val loss ([\d.]+)", text)}
 
 
@@ -159,3 +171,39 @@ def test_ddp_torchrun_tutorial_trains_and_resumes_unmodified(tmp_path: Path) -> 
     for rank in (0, 1):
         assert "Resuming training from snapshot at Epoch 1" in second.ranks[rank], second.ranks[rank]
         assert f"[GPU{rank}] Epoch 2" in second.ranks[rank] and "Epoch 0 |" not in second.ranks[rank]
+
+
+# --- pytorch/examples DDP tutorial, mp.spawn version: world size from torch.cuda.device_count() ---------
+
+def test_ddp_spawn_tutorial_trains_on_two_simulated_devices(tmp_path: Path) -> None:
+    """``mp.spawn(nprocs=torch.cuda.device_count())``, ``nccl``, ``torch.cuda.set_device(rank)``, pin_memory."""
+    work = _workdir("pytorch_examples_ddp_spawn", tmp_path)
+    job, report = npu_migrate_run(work, "multigpu.py", "2", "1", "--batch_size", "256", devices=2)
+    assert job.returncode == 0, job.console
+    for rank in (0, 1):  # two spawned ranks, each on its own simulated device
+        for epoch in (0, 1):
+            assert f"[GPU{rank}] Epoch {epoch} | Batchsize: 256 | Steps: 4" in job.console, job.console
+    assert "Epoch 1 | Training checkpoint saved at checkpoint.pt" in job.console
+    assert report["processes"] >= 3  # the script and its two workers
+    assert {"torch.cuda.device_count", "torch.cuda.set_device"} <= redirected(report), report
+    state = torch.load(work / "checkpoint.pt", map_location="cpu", weights_only=True)  # it reloads
+    assert state["weight"].shape == (1, 20) and state["bias"].shape == (1,)
+
+
+# --- pytorch/examples MNIST (2018): one process, DataLoader workers and pin_memory when CUDA is there ---
+
+def _mnist_test_losses(text: str) -> list[float]:
+    return [float(m) for m in re.findall(r"Test set: Average loss: ([\d.]+)", text)]
+
+
+def test_mnist_2018_trains_in_one_process_with_a_worker_and_pinned_memory(tmp_path: Path) -> None:
+    work = _workdir("pytorch_examples_mnist_2018", tmp_path)
+    stand_ins.mnist_raw(tmp_path / "data")  # the script reads '../data' from its working directory
+    job, report = npu_migrate_run(work, "main.py", "--epochs", "3", "--batch-size", "32", "--lr", "0.05",
+                                  "--log-interval", "4", "--test-batch-size", "64")
+    assert job.returncode == 0, job.console
+    assert "Train Epoch: 3 [128/256 (50%)]" in job.console, job.console
+    losses = _mnist_test_losses(job.console)
+    assert len(losses) == 3 and losses[-1] < losses[0] * 0.5, job.console  # the loss went down
+    # It took its CUDA branch: num_workers=1 and pin_memory=True, data and model moved to "cuda".
+    assert {"torch.cuda.is_available", "DataLoader(pin_memory=True)", "Tensor.to", "Module.to"} <= redirected(report)
