@@ -238,3 +238,19 @@ def test_imagenet_example_trains_with_mp_spawn_and_pinned_memory(tmp_path: Path)
     checkpoint = torch.load(work / "checkpoint.pth.tar", map_location="cpu", weights_only=True)  # it reloads
     assert checkpoint["epoch"] == 1 and checkpoint["arch"] == "squeezenet1_1"
     assert all(key.startswith("module.") for key in checkpoint["state_dict"])
+
+
+# --- yunjey/pytorch-tutorial feedforward network: module-level device choice, fixed settings, checkpoint ---
+
+def test_pytorch_tutorial_feedforward_trains_and_saves_a_checkpoint(tmp_path: Path) -> None:
+    """Settings are constants in the script; the stand-in's 256 images make its 5 epochs 15 steps."""
+    work = tmp_path / "tutorials" / "yunjey_feedforward"
+    shutil.copytree(CORPUS / "yunjey_feedforward", work, ignore=shutil.ignore_patterns("SOURCE.json", "LICENSE"))
+    stand_ins.mnist_raw(tmp_path / "data")  # the script reads '../../data'
+    job, report = npu_migrate_run(work, "main.py")
+    assert job.returncode == 0, job.console
+    accuracy = float(re.search(r"Accuracy of the network on the 10000 test images: ([\d.]+) %", job.console)[1])
+    assert accuracy > 50, job.console  # 10 classes: it learned
+    assert {"torch.cuda.is_available", "Module.to", "Tensor.to"} <= redirected(report), report
+    state = torch.load(work / "model.ckpt", map_location="cpu", weights_only=True)  # it reloads
+    assert state["fc1.weight"].shape == (500, 784) and state["fc2.weight"].shape == (10, 500)
