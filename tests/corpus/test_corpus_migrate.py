@@ -151,7 +151,8 @@ def test_nanogpt_trains_compiled_with_two_ranks_and_resumes(tmp_path: Path) -> N
         assert "Resuming training from out" in second.ranks[rank], second.ranks[rank]
     resumed = _evals(second.ranks[0])
     assert sorted(resumed) == [20, 30], second.ranks[0]  # it went on from the saved step
-    assert abs(resumed[20] - evals[20]) < 0.05 and resumed[30] <= resumed[20] + 0.05, (evals, resumed)
+    # The resumed model scores what the saved one did (on other random batches) and keeps learning.
+    assert abs(resumed[20] - evals[20]) < 0.25 and resumed[30] < resumed[20], (evals, resumed)
     assert "iter 0:" not in second.ranks[0]
 
 
