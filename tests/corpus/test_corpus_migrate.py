@@ -80,11 +80,17 @@ def _run(command: list[str], cwd: Path, log_dir: Path | None, timeout: float, **
     return Job(result.returncode, result.stdout + result.stderr, ranks)
 
 
-def launch_migrate(work: Path, script: str, *args: str, log_dir: Path, timeout: float = 240, **env: str) -> Job:
-    """``python -m npu_migrate.launch --migrate --device cpu --device-num 2 SCRIPT ARGS``, as torchrun would run it."""
+def launch_migrate(work: Path, script: str, *args: str, log_dir: Path, timeout: float = 240,
+                   **env: str) -> tuple[Job, dict]:
+    """``python -m npu_migrate.launch --migrate --device cpu --device-num 2 SCRIPT ARGS``, as torchrun would run it.
+
+    Returns the job (each rank's output from ``--log-dir``) and the merged migration report.
+    """
+    report = log_dir.with_name(log_dir.name + "-report.json")
     command = [sys.executable, "-m", "npu_migrate.launch", "--migrate", "--device", "cpu", "--device-num", "2",
-               "--log-dir", str(log_dir), script, *args]
-    return _run(command, work, log_dir, timeout, **env)
+               "--log-dir", str(log_dir), "--migrate-report", str(report), script, *args]
+    job = _run(command, work, log_dir, timeout, **env)
+    return job, (json.loads(report.read_text()) if report.is_file() else {})
 
 
 def npu_migrate_run(work: Path, script: str, *args: str, devices: int = 1, timeout: float = 240,
@@ -133,7 +139,7 @@ def test_nanogpt_trains_compiled_with_two_ranks_and_resumes(tmp_path: Path) -> N
     env = {"TORCH_COMPILE_OVERRIDE_BACKENDS": ">=0:aot_eager"} if compiled else {}
     args = (*_NANOGPT_TINY, f"--compile={compiled}")
 
-    first = launch_migrate(work, "train.py", *args, "--max_iters=20", log_dir=tmp_path / "logs1", **env)
+    first, _ = launch_migrate(work, "train.py", *args, "--max_iters=20", log_dir=tmp_path / "logs1", **env)
     assert first.returncode == 0, first.everything
     for rank in (0, 1):  # both ranks built the fused optimizer and trained
         assert "using fused AdamW: True" in first.ranks[rank], first.ranks[rank]
@@ -144,8 +150,8 @@ def test_nanogpt_trains_compiled_with_two_ranks_and_resumes(tmp_path: Path) -> N
     assert evals[20] < evals[0] - 0.5, evals  # the loss went down
     assert (work / "out" / "ckpt.pt").is_file()
 
-    second = launch_migrate(work, "train.py", *args, "--max_iters=30", "--init_from=resume",
-                            log_dir=tmp_path / "logs2", **env)
+    second, report = launch_migrate(work, "train.py", *args, "--max_iters=30", "--init_from=resume",
+                                    log_dir=tmp_path / "logs2", **env)
     assert second.returncode == 0, second.everything
     for rank in (0, 1):
         assert "Resuming training from out" in second.ranks[rank], second.ranks[rank]
@@ -154,6 +160,9 @@ def test_nanogpt_trains_compiled_with_two_ranks_and_resumes(tmp_path: Path) -> N
     # The resumed model scores what the saved one did (on other random batches) and keeps learning.
     assert abs(resumed[20] - evals[20]) < 0.25 and resumed[30] < resumed[20], (evals, resumed)
     assert "iter 0:" not in second.ranks[0]
+    assert report["processes"] == 2 and {
+        'torch.autocast(device_type="cuda")', "torch.cuda.amp.GradScaler", "torch.cuda.set_device",
+        "init_process_group(backend=)", "torch.load(map_location=)"} <= redirected(report), report
 
 
 # --- pytorch/examples DDP tutorial, torchrun version: torchrun env, snapshot and resume, pin_memory -----
@@ -161,17 +170,19 @@ def test_nanogpt_trains_compiled_with_two_ranks_and_resumes(tmp_path: Path) -> N
 def test_ddp_torchrun_tutorial_trains_and_resumes_unmodified(tmp_path: Path) -> None:
     """``nccl`` and ``.to(self.gpu_id)`` as written: the migration maps them."""
     work = _workdir("pytorch_examples_ddp_torchrun", tmp_path)
-    first = launch_migrate(work, "multigpu_torchrun.py", "2", "1", log_dir=tmp_path / "logs1")
+    first, _ = launch_migrate(work, "multigpu_torchrun.py", "2", "1", log_dir=tmp_path / "logs1")
     assert first.returncode == 0, first.everything
     for rank in (0, 1):
         for epoch in (0, 1):
             assert f"[GPU{rank}] Epoch {epoch} | Batchsize: 32 | Steps: 32" in first.ranks[rank], first.ranks[rank]
     assert "Epoch 1 | Training snapshot saved at snapshot.pt" in first.ranks[0]
-    second = launch_migrate(work, "multigpu_torchrun.py", "3", "1", log_dir=tmp_path / "logs2")
+    second, report = launch_migrate(work, "multigpu_torchrun.py", "3", "1", log_dir=tmp_path / "logs2")
     assert second.returncode == 0, second.everything
     for rank in (0, 1):
         assert "Resuming training from snapshot at Epoch 1" in second.ranks[rank], second.ranks[rank]
         assert f"[GPU{rank}] Epoch 2" in second.ranks[rank] and "Epoch 0 |" not in second.ranks[rank]
+    assert report["processes"] == 2
+    assert {"init_process_group(backend=)", "Module.to", "Tensor.to"} <= redirected(report), report
 
 
 # --- pytorch/examples DDP tutorial, mp.spawn version: world size from torch.cuda.device_count() ---------
