@@ -266,3 +266,58 @@ def test_pytorch_tutorial_feedforward_trains_and_saves_a_checkpoint(tmp_path: Pa
     assert {"torch.cuda.is_available", "Module.to", "Tensor.to"} <= redirected(report), report
     state = torch.load(work / "model.ckpt", map_location="cpu", weights_only=True)  # it reloads
     assert state["fc1.weight"].shape == (500, 784) and state["fc2.weight"].shape == (10, 500)
+
+
+# --- rasbt/LLMs-from-scratch DDP script (torchrun version): an int rank as the device, nccl, set_device ---
+
+def _rank_losses(text: str, rank: int) -> list[float]:
+    """The script's ``[GPUn] Epoch: e/3 | Batchsize 002 | Train/Val Loss: x`` lines, as losses."""
+    return [float(m) for m in re.findall(rf"\[GPU{rank}\] Epoch: \d+/\d+ \| Batchsize 002 \| Train/Val Loss: ([\d.]+)",
+                                         text)]
+
+
+def test_llms_from_scratch_ddp_script_trains_on_both_ranks(tmp_path: Path) -> None:
+    """``model.to(rank)`` and ``DDP(device_ids=[rank])`` with a plain int rank: the migration maps it to a device.
+
+    Its data is in the script (5 points, 2 per rank after ``drop_last``) and its settings are constants:
+    3 epochs, one step each per rank.
+    """
+    work = _workdir("rasbt_ddp_torchrun", tmp_path)
+    job, report = launch_migrate(work, "DDP-script-torchrun.py", log_dir=tmp_path / "logs")
+    assert job.returncode == 0, job.everything
+    assert "CUDA available: True" in job.ranks[0] and "Number of GPUs available: 2" in job.ranks[0], job.ranks[0]
+    for rank in (0, 1):  # both ranks trained, and their loss went down
+        losses = _rank_losses(job.ranks[rank], rank)
+        assert len(losses) == 3 and losses[-1] < losses[0], job.ranks[rank]
+        assert f"[GPU{rank}] Training accuracy 1.0" in job.ranks[rank], job.ranks[rank]
+        assert re.search(rf"\[GPU{rank}\] Test accuracy [\d.]+", job.ranks[rank]), job.ranks[rank]
+    assert report["processes"] == 2
+    assert {"init_process_group(backend=)", "torch.cuda.set_device", "Module.to", "Tensor.to",
+            "DistributedDataParallel(device_ids=, output_device=)", "torch.cuda.device_count"} <= redirected(report), report
+
+
+# --- mrdbourke/pytorch-deep-learning "going modular": DataLoader workers, pin_memory, ImageFolder, state_dict --
+
+def _epoch_losses(text: str) -> list[float]:
+    return [float(m) for m in re.findall(r"Epoch: \d+ \| train_loss: ([\d.]+) \|", text)]
+
+
+def test_going_modular_trains_with_dataloader_workers_and_saves_the_model(tmp_path: Path) -> None:
+    """``num_workers=os.cpu_count()`` for both loaders: batches come from worker processes.
+
+    Settings are constants (5 epochs, batch 32); the stand-in's 3 x 32 images make an epoch 3 steps.
+    """
+    work = _workdir("mrdbourke_going_modular", tmp_path)
+    data = work / "data" / "pizza_steak_sushi"
+    stand_ins.image_folder(data, classes=3, train_per_class=32, val_per_class=8)
+    (data / "val").rename(data / "test")  # the script reads train/ and test/
+    job, report = npu_migrate_run(work, "train.py")
+    assert job.returncode == 0, job.console
+    losses = _epoch_losses(job.console)
+    assert len(losses) == 5 and losses[-1] < losses[0], job.console  # five epochs, and the loss went down
+    assert "[INFO] Saving model to: models/05_going_modular_script_mode_tinyvgg_model.pth" in job.console
+    # It took its CUDA branch: model and batches moved to "cuda", pinned memory on the worker-fed loaders.
+    assert {"torch.cuda.is_available", "Module.to", "Tensor.to", "DataLoader(pin_memory=True)"} <= redirected(report)
+    state = torch.load(work / "models" / "05_going_modular_script_mode_tinyvgg_model.pth", map_location="cpu",
+                       weights_only=True)  # it reloads
+    assert state["classifier.1.weight"].shape == (3, 10 * 13 * 13)
