@@ -5,6 +5,7 @@ the torchvision dataset class it uses) checks, so no script downloads anything:
 
     char_memmaps(root / "data" / "tiny")           # nanoGPT: train.bin / val.bin (uint16) + meta.pkl
     mnist_raw(root / "data")                       # torchvision MNIST: MNIST/raw/*-idx?-ubyte
+    mnist_raw(root / "data", dataset="FashionMNIST")  # torchvision FashionMNIST: FashionMNIST/raw/...
     image_folder(root / "imagenet", classes=2)     # torchvision ImageFolder: train/ and val/ of PNGs
 
 The data is learnable (a repeated sentence; images whose class is their brightness), so "the loss went
@@ -55,13 +56,15 @@ def _digits(count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return images, labels
 
 
-def mnist_raw(root: Path, train: int = 256, test: int = 128) -> None:
+def mnist_raw(root: Path, train: int = 256, test: int = 128, dataset: str = "MNIST") -> None:
     """Write torchvision's MNIST layout: ``root/MNIST/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte``.
 
     torchvision's ``MNIST(root, download=True)`` finds these four files, skips the download and
     reads them (the idx format: a big-endian magic number, the sizes, then the bytes).
+    ``dataset="FashionMNIST"`` writes the same files under ``root/FashionMNIST/raw`` (its subclass
+    reads the same names from the folder named after the class).
     """
-    raw = root / "MNIST" / "raw"
+    raw = root / dataset / "raw"
     raw.mkdir(parents=True, exist_ok=True)
     for prefix, count, seed in (("train", train, 0), ("t10k", test, 1)):
         images, labels = _digits(count, seed)

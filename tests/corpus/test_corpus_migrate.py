@@ -321,3 +321,26 @@ def test_going_modular_trains_with_dataloader_workers_and_saves_the_model(tmp_pa
     state = torch.load(work / "models" / "05_going_modular_script_mode_tinyvgg_model.pth", map_location="cpu",
                        weights_only=True)  # it reloads
     assert state["classifier.1.weight"].shape == (3, 10 * 13 * 13)
+
+
+# --- pytorch/tutorials Quickstart: cuda/mps/cpu device chain, FashionMNIST, save and reload in the script --
+
+def test_pytorch_tutorials_quickstart_trains_saves_and_reloads(tmp_path: Path) -> None:
+    """``"cuda" if torch.cuda.is_available() else "mps" if ... else "cpu"``: migration picks its first branch.
+
+    Settings are constants (5 epochs, batch 64, SGD lr 1e-3); the stand-in's 512 images make an epoch
+    8 steps. The script itself saves ``model.pth``, reloads it with ``weights_only=True`` onto the
+    device and predicts one test image.
+    """
+    work = _workdir("pytorch_tutorials_quickstart", tmp_path)
+    stand_ins.mnist_raw(work / "data", train=512, test=128, dataset="FashionMNIST")
+    job, report = npu_migrate_run(work, "quickstart_tutorial.py")
+    assert job.returncode == 0, job.console
+    assert "Using cuda device" in job.console, job.console  # it took its CUDA branch
+    losses = [float(m) for m in re.findall(r"Avg loss: ([\d.]+)", job.console)]
+    assert len(losses) == 5 and all(b < a for a, b in zip(losses, losses[1:])), job.console  # loss went down
+    assert "Saved PyTorch Model State to model.pth" in job.console
+    assert re.search(r'Predicted: "[^"]+", Actual: "[^"]+"', job.console), job.console  # the reloaded model ran
+    assert {"torch.cuda.is_available", "Module.to", "Tensor.to"} <= redirected(report), report
+    state = torch.load(work / "model.pth", map_location="cpu", weights_only=True)  # and it reloads here too
+    assert state["linear_relu_stack.0.weight"].shape == (512, 784)
