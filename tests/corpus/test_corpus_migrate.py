@@ -129,9 +129,6 @@ def _evals(text: str) -> dict[int, float]:
 @pytest.mark.skipif(not _cpu_fused_adamw(), reason=(
     f"nanoGPT asks for AdamW(fused=True) when it believes it runs on CUDA; fused AdamW for CPU tensors "
     f"needs torch >= 2.4 (torch {torch.__version__})"))
-@pytest.mark.xfail(strict=True, reason=(
-    "Tensor.pin_memory() is not migrated: nanoGPT's get_batch calls x.pin_memory() (train.py line 147) "
-    "and reaches real CUDA: RuntimeError: Found no NVIDIA driver on your system"))
 def test_nanogpt_trains_compiled_with_two_ranks_and_resumes(tmp_path: Path) -> None:
     work = _workdir("nanogpt", tmp_path)
     stand_ins.char_memmaps(work / "data" / "tiny")
