@@ -71,6 +71,18 @@ def test_a_rank_that_skips_an_all_reduce_and_spins_is_named_with_every_stack(tmp
         (0, "SIGTERM", True), (1, "SIGTERM", True), (2, "SIGTERM", True)]
 
 
+def test_a_rank_that_never_reaches_ddps_backward_is_named(tmp_path: Path) -> None:
+    """DDP's gradient all-reduce runs from C++ inside backward(): recorded as ddp_backward."""
+    job = Launch(tmp_path, "--device-num", "2", "--hang-timeout", "5", str(WORKERS / "ddp_hang_job.py"))
+    assert job.wait() == 1, job.err
+    err = job.err
+    # The evaluation forward under no_grad records nothing: steps 0 and 1 are #1 and #2.
+    assert "hang: rank 1 is not in a collective (last: ddp_backward #2 ended " in err, err
+    assert "; rank 0 is in ddp_backward #3 since " in err, err
+    assert rank_block(err, 0).startswith("--- rank 0: in ddp_backward #3 since")
+    assert "ddp_hang_job.py\", line" in rank_block(err, 1)
+
+
 def test_report_only_keeps_the_job_running_and_stacks_come_on_demand(tmp_path: Path) -> None:
     release, error_file = tmp_path / "release", tmp_path / "error.json"
     job = Launch(tmp_path, "--device-num", "2", "--hang-timeout", "3", "--hang-action", "report",

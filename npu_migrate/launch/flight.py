@@ -18,9 +18,17 @@ recorder numbers them), the group (``world`` or its ranks) and the wall time, an
 time it ended. Calls nested inside a recorded one are not recorded again. ``async_op=True`` calls
 count as ended when they return (the record does not follow the returned Work).
 
-Not seen: collectives torch issues from C++ without going through ``torch.distributed.*``, such as
-DDP's gradient all-reduce inside ``backward()``; a job whose ranks wait there shows no rank in a
-collective, and hang detection stays quiet for it.
+**DDP's gradient all-reduce** runs inside ``backward()``, from C++, never through
+``torch.distributed.*``. It is recorded as ``ddp_backward`` on the DDP module's group: a gradient
+hook on the first output of each ``DistributedDataParallel.forward`` that requires grad marks the
+start of its backward, and a final callback of the autograd engine, queued behind DDP's own (which
+waits for the all-reduces), marks its end. A rank that waits there for the gradients of a rank that
+never reached its backward shows as ``in ddp_backward #N``, and that rank as behind. Outputs that
+need no grad (evaluation) record nothing.
+
+Not seen: other collectives torch issues from C++ (DDP's buffer broadcast in ``forward``, its
+parameter check at construction); a job whose ranks wait there shows no rank in a collective, and
+hang detection stays quiet for it.
 
 **Where.** A fixed-size file per rank in the launcher's run directory, mapped into the worker
 (``mmap``): a call updates it with ``struct.pack_into`` into shared memory, no system call, and the
@@ -167,7 +175,7 @@ class FlightRecord:
         self._count = 0
         self._depth = 0
         self._seqs: dict[Any, int] = {}
-        self._groups: dict[int, tuple[Any, bytes]] = {}
+        self._groups: dict[int, tuple[Any, Any, bytes]] = {}  # id -> (group, key, label)
         _BODY.pack_into(self._map, _BODY_AT, 0, 0, 0.0, 0, 0, 0.0, b"", b"")
         self.beat()
 
@@ -198,10 +206,10 @@ class FlightRecord:
             return "world", b"world"
         known = self._groups.get(id(group))
         if known is not None and known[0] is group:
-            return id(group), known[1]
+            return known[1], known[2]
         label = _group_label(group)
-        key: Any = "world" if label == b"world" else id(group)
-        self._groups[id(group)] = (group, label)
+        key: Any = "world" if label == b"world" else id(group)  # one numbering for the world group
+        self._groups[id(group)] = (group, key, label)
         return key, label
 
 
@@ -274,6 +282,45 @@ def _wrap(name: str, fn: Callable[..., Any], record: FlightRecord) -> Callable[.
     return collective
 
 
+_DDP_BACKWARD = b"ddp_backward"
+
+
+def _watch_ddp(record: FlightRecord) -> None:
+    """Record DDP's backward (its gradient all-reduce) as ``ddp_backward`` on the module's group."""
+    from torch.autograd import Variable
+    from torch.nn.parallel import DistributedDataParallel
+    from torch.utils._pytree import tree_flatten
+
+    forward = DistributedDataParallel.forward
+    if hasattr(forward, "__npu_migrate_flight__"):
+        return
+    queue = Variable._execution_engine.queue_callback
+
+    def backward_started(group: Any) -> Callable[[Any], None]:
+        def hook(grad: Any) -> None:
+            recorded = record.enter(_DDP_BACKWARD, group)
+            # Queued now, DDP's final callback (it waits for the all-reduces) is queued after this
+            # one; this one queues the end behind it.
+            queue(lambda: queue(lambda: record.leave(recorded)))
+
+        return hook
+
+    @functools.wraps(forward)
+    def ddp_forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        out = forward(self, *args, **kwargs)
+        import torch
+
+        if torch.is_grad_enabled():
+            for value in tree_flatten(out)[0]:
+                if isinstance(value, torch.Tensor) and value.requires_grad:
+                    value.register_hook(backward_started(getattr(self, "process_group", None)))
+                    break
+        return out
+
+    ddp_forward.__npu_migrate_flight__ = forward  # type: ignore[attr-defined]
+    DistributedDataParallel.forward = ddp_forward  # type: ignore[method-assign]
+
+
 def _heartbeat(record: FlightRecord) -> None:
     while True:
         time.sleep(HEARTBEAT_S)
@@ -297,5 +344,6 @@ def install(run_dir: str, rank: int) -> FlightRecord:
         fn = getattr(dist, name, None)
         if fn is not None and not hasattr(fn, "__npu_migrate_flight__"):
             setattr(dist, name, _wrap(name, fn, record))
+    _watch_ddp(record)
     threading.Thread(target=_heartbeat, args=(record,), name="npu_migrate-flight-heartbeat", daemon=True).start()
     return record
