@@ -14,6 +14,7 @@ import io
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import urllib.request
@@ -273,8 +274,9 @@ def test_missing_bucket_stops_every_rank_with_one_line(s3: Server, tmp_path: Pat
     result = run(tmp_path, "mnist.py", "--dry-run", "--data-dir", "s3://no-such-bucket/datasets",
                  "--cache-dir", str(tmp_path / "cache"), env=s3_env(s3), timeout=120)
     assert result.returncode == 1
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
-    assert errors == [f"error: s3://no-such-bucket/datasets: bucket 'no-such-bucket' does not exist at "
+    # One line, from rank 0, behind the launcher's rank prefix (on by default for 2 ranks).
+    errors = [line for line in result.stderr.splitlines() if "error: " in line and "npu-migrate launch" not in line]
+    assert errors == [f"[{socket.gethostname()} node0 rank0] error: s3://no-such-bucket/datasets: bucket 'no-such-bucket' does not exist at "
                       f"{s3.endpoint}. Check the bucket name and AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL, "
                       "or create the bucket."], result.stderr
     assert "Traceback" not in result.stderr and SECRET not in result.stderr
