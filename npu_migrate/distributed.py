@@ -16,11 +16,14 @@ collectives and samplers all working.
 
 from __future__ import annotations
 
+import atexit
+import functools
 import logging
 import os
+import weakref
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -190,50 +193,87 @@ def init_distributed(
     )
 
 
-# torch 2.1's ~ProcessGroupGloo takes the group's work lock while it holds the GIL, and the group's
-# worker thread needs the GIL to free a finished collective's tensors under that lock. A group whose
-# last reference dies mid-program (after destroy_process_group, once DDP lets go of it as the
-# script's main() returns) then deadlocks the process on its way out: seen in about 1 run in 4 of a
-# 2-rank gloo job on torch 2.1.2, never on 2.14. Groups are kept here instead, until the process
-# ends, on the torch releases where this was seen or may be, in the launcher's workers only: they
-# leave with os._exit, so no destructor runs at all. A plain process (torchrun's worker) that kept
-# them would destroy them during interpreter finalization instead, where gloo's threads abort
-# ("terminate called without an active exception").
-_RETIRED: list[Any] = []
-_RETIRE_BEFORE = (2, 5)
+# Before torch 2.8 (pytorch/pytorch#154976), the Python binding of ProcessGroup freed the group with
+# the GIL held. Freeing it frees its backend, and ~ProcessGroupGloo joins the backend's worker
+# threads; a worker that is still freeing a finished collective's tensors needs the GIL to drop
+# their Python objects, and it does so under the lock the join is waiting on. So a script whose
+# last collective finished a moment before it destroyed its group could hang forever on its way
+# out: about 1 run in 3 of the 2-rank regression example under torchrun on torch 2.1.2, and every
+# time within 20 init/all_reduce/destroy rounds. The backends' own bindings release the GIL when
+# they free them, so the safe teardown holds each backend while the group is destroyed and lets it
+# go afterwards, from Python: its threads then stop without the GIL held. A group that outlives
+# its destruction (a DDP model still holds it) keeps its backends until the process exits.
+_GIL_FREE_TEARDOWN = (2, 8)
+_HELD: list[tuple[Any, list[Any]]] = []  # (weak reference to a destroyed group, its backends)
 
 
-def _retire_groups() -> None:
-    """Keep every live process group referenced until the process ends (torch < 2.5)."""
-    if _device._release_tuple(torch.__version__) >= _RETIRE_BEFORE:
-        return
+def _needs_safe_teardown() -> bool:
+    return _device._release_tuple(torch.__version__) < _GIL_FREE_TEARDOWN
+
+
+def _backends(group: Any) -> list[Any]:
+    """The backend objects a process group owns, one per device type it serves."""
+    held = []
+    for device_type in getattr(group, "_device_types", ()) or ():
+        try:
+            held.append(group._get_backend(torch.device(device_type)))
+        except (RuntimeError, ValueError):
+            pass
+    return held
+
+
+def _release_held() -> None:
+    """Let go of the backends held past their groups' destruction (run at exit)."""
+    while _HELD:
+        _HELD.pop()
+
+
+def _destroy_safely(destroy: Any, group: Any = None) -> None:
+    """Run torch's ``destroy_process_group`` so that no backend is freed with the GIL held."""
     world = getattr(dist.distributed_c10d, "_world", None)
-    _RETIRED.extend(getattr(world, "pg_map", {}) or {})
+    groups = list(getattr(world, "pg_map", {}) or {}) if group is None else [group]
+    held = [(weakref.ref(g), _backends(g)) for g in groups]
+    del groups
+    destroy(group)
+    for ref, backends in held:
+        if ref() is not None:  # still referenced (DDP): its backends go when the process exits
+            if not _HELD:
+                atexit.register(_release_held)
+            _HELD.append((ref, backends))
+    held.clear()  # the rest are freed here, each by its own binding, which releases the GIL
 
 
-def keep_groups_on_destroy() -> None:
-    """Make ``dist.destroy_process_group`` keep the groups it destroys alive (torch < 2.5).
+def guarded_destroy(original: Callable[..., None]) -> Callable[..., None] | None:
+    """``original`` (torch's ``destroy_process_group``) made to free backends without the GIL held.
 
-    The launcher calls this in every worker before the script runs, so scripts that call
-    ``dist.destroy_process_group()`` themselves are covered too (see ``_RETIRED``).
+    None where torch needs no guard (2.8 and newer) or ``original`` is already guarded.
     """
-    if _device._release_tuple(torch.__version__) >= _RETIRE_BEFORE:
-        return
-    original = dist.destroy_process_group
-    if getattr(original, "_npu_migrate_keeps_groups", False):
-        return
+    if not _needs_safe_teardown() or getattr(original, "_npu_migrate_guarded", False):
+        return None
 
     def destroy_process_group(group: Any = None) -> None:
-        _retire_groups()
-        original(group)
+        _destroy_safely(original, group)
 
-    destroy_process_group.__doc__ = original.__doc__
-    destroy_process_group._npu_migrate_keeps_groups = True  # type: ignore[attr-defined]
-    dist.destroy_process_group = destroy_process_group
-    dist.distributed_c10d.destroy_process_group = destroy_process_group
+    functools.update_wrapper(destroy_process_group, original)
+    destroy_process_group._npu_migrate_guarded = True  # type: ignore[attr-defined]
+    return destroy_process_group
+
+
+def guard_destroy_process_group() -> None:
+    """Install :func:`guarded_destroy` as ``dist.destroy_process_group`` (torch < 2.8).
+
+    The launcher's workers call this before the script runs, so scripts that call
+    ``dist.destroy_process_group()`` themselves are covered too (``npu-migrate run`` installs the
+    same through its own patches, so that it can take them back).
+    """
+    guarded = guarded_destroy(dist.destroy_process_group)
+    if guarded is not None:
+        dist.destroy_process_group = guarded
+        dist.distributed_c10d.destroy_process_group = guarded
 
 
 def destroy_distributed() -> None:
-    """Tear down the default process group if there is one."""
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+    """Tear down every process group, if there is one (safely on torch < 2.8, see above)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    (guarded_destroy(dist.destroy_process_group) or dist.destroy_process_group)()

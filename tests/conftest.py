@@ -150,12 +150,14 @@ def run_ranks(
                 break
             time.sleep(0.05)
     finally:
+        hung = [proc.poll() is None for proc in procs]
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
     failures = [
-        f"rank {rank} exited {proc.returncode}:\n{log.read_text()}"
+        f"rank {rank} {'was still running after %gs: killed' % timeout if hung[rank] else f'exited {proc.returncode}'}:"
+        f"\n{log.read_text()}"
         for rank, (proc, log) in enumerate(zip(procs, logs))
         if proc.returncode != 0
     ]

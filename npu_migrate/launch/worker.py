@@ -100,9 +100,9 @@ def prepare(local_rank: int, cfg: LaunchConfig, restart: int, run_dir: str | Non
     _device._clear_caches()  # the fork server may have detected with another environment
     if _device.device_spec().is_accelerator:
         _device.set_device(local_rank)  # bound before any user code runs
-    from npu_migrate.distributed import keep_groups_on_destroy
+    from npu_migrate.distributed import guard_destroy_process_group
 
-    keep_groups_on_destroy()  # torch 2.1's gloo can deadlock when a destroyed group is freed
+    guard_destroy_process_group()  # before torch 2.8, freeing a destroyed group could deadlock
 
 
 def _observe(run_dir: str, rank: int) -> None:

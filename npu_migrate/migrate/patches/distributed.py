@@ -14,13 +14,15 @@ from typing import Any
 
 import torch
 
+from npu_migrate.distributed import guarded_destroy
 from npu_migrate.migrate.callers import record
 from npu_migrate.migrate.mapping import map_backend, map_device
 from npu_migrate.migrate.state import on_cpu, patch
 
 
 def install() -> None:
-    """Patch ``init_process_group``, ``new_group``, ``barrier``, DDP and (on cpu) ``SyncBatchNorm``."""
+    """Patch ``init_process_group``, ``new_group``, ``barrier``, DDP, (on cpu) ``SyncBatchNorm`` and
+    (torch < 2.8) ``destroy_process_group``."""
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -77,6 +79,11 @@ def install() -> None:
 
     functools.update_wrapper(ddp, ddp_init)
     patch(DDP, "__init__", ddp)
+
+    guarded = guarded_destroy(dist.destroy_process_group)  # before torch 2.8 a destroy could deadlock
+    if guarded is not None:
+        patch(dist, "destroy_process_group", guarded)
+        patch(dist.distributed_c10d, "destroy_process_group", guarded)
 
     sync_forward = torch.nn.SyncBatchNorm.forward
     batchnorm_forward = torch.nn.modules.batchnorm._BatchNorm.forward
