@@ -14,6 +14,7 @@ job or the launcher failed, 2 bad input, 128+N signal N.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import importlib.util
 import os
 import shutil
@@ -213,6 +214,8 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """``python -m npu_migrate.launch``: the same job and exit codes as ``npu-migrate launch``."""
     args = build_parser().parse_args(argv)
+    if not faulthandler.is_enabled():  # a crash of the launcher itself shows where it was
+        faulthandler.enable()
     try:
         autoload.disable_unless_needed(args.device)
         autoload.check_versions()

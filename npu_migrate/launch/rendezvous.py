@@ -78,6 +78,7 @@ from typing import Any, Callable
 from npu_migrate.launch import cluster
 from npu_migrate.launch.config import CONTROL_PORT_OFFSET, LaunchConfig
 from npu_migrate.launch.errors import LaunchError, first_line
+from npu_migrate.launch.padded_store import PaddedStore
 from npu_migrate.launch.signals import Interrupted, Signals, run_interruptibly
 
 logger = logging.getLogger(__name__)
@@ -147,7 +148,8 @@ def _peek(store: Any, key: str) -> str | None:
 
     torch 2.1's TCPStore has no ``check`` in Python; ``compare_set`` with an expected value that
     is never stored returns that value when the key is missing (the c10d rendezvous backend
-    reads its state the same way).
+    reads its state the same way). ``store`` is a :class:`PaddedStore`, so this is safe beside
+    the launcher's other threads on torch < 2.4 too.
     """
     value = store.compare_set(key, _ABSENT, _ABSENT).decode()
     return None if value == _ABSENT else value
@@ -229,8 +231,8 @@ class Rendezvous:
 
         port = self.cfg.port + CONTROL_PORT_OFFSET
         if master:
-            return TCPStore("0.0.0.0", port, None, True, timedelta(seconds=timeout), wait_for_workers=False)
-        return TCPStore(self.cfg.addr, port, None, False, timedelta(seconds=timeout))
+            return PaddedStore(TCPStore("0.0.0.0", port, None, True, timedelta(seconds=timeout), wait_for_workers=False))
+        return PaddedStore(TCPStore(self.cfg.addr, port, None, False, timedelta(seconds=timeout)))
 
     # -- phase 1: connect, check the token, claim the node rank
 
@@ -454,7 +456,7 @@ class Rendezvous:
             )
 
             cfg = self.cfg
-            backend = C10dRendezvousBackend(self.store, cfg.job_id)
+            backend = C10dRendezvousBackend(self.store, cfg.job_id)  # padded: it calls compare_set
             extra: dict[str, Any] = {}
             keep_alive = 5  # torch < 2.4 fixes the handler's keep-alive at 5 s
             if "keep_alive_interval" in inspect.signature(DynamicRendezvousHandler.from_backend).parameters:
@@ -472,7 +474,7 @@ class Rendezvous:
             # our workers rendezvous on MASTER_PORT themselves.
             os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
             self._handler = DynamicRendezvousHandler.from_backend(
-                run_id=cfg.job_id, store=self.store, backend=backend, min_nodes=cfg.nnodes,
+                run_id=cfg.job_id, store=self.store.raw, backend=backend, min_nodes=cfg.nnodes,
                 max_nodes=cfg.nnodes, local_addr=self.local_ip, timeout=timeout, **extra)
         return self._handler
 
@@ -499,7 +501,7 @@ class Rendezvous:
                 store, hrank, hworld = self._wait(self._next_round, "rendezvous")
                 gen = self._wait(lambda: _peek(self.store, self._key("gen")), "generation")
                 self.generation = max(self.generation, int(gen or 0))
-                members = self._wait(lambda: self._exchange(store, hrank, hworld), "members")
+                members = self._wait(lambda: self._exchange(PaddedStore(store), hrank, hworld), "members")
             except (JobEvent, LaunchError, Interrupted):
                 raise
             except Exception as exc:  # noqa: BLE001 - RendezvousError and store errors from torch
