@@ -204,7 +204,7 @@ def init_distributed(
 # go afterwards, from Python: its threads then stop without the GIL held. A group that outlives
 # its destruction (a DDP model still holds it) keeps its backends until the process exits.
 _GIL_FREE_TEARDOWN = (2, 8)
-_HELD: list[tuple[Any, list[Any]]] = []  # (weak reference to a destroyed group, its backends)
+_HELD: list[list[Any]] = []  # the backends of destroyed groups that something still holds
 
 
 def _needs_safe_teardown() -> bool:
@@ -222,25 +222,19 @@ def _backends(group: Any) -> list[Any]:
     return held
 
 
-def _release_held() -> None:
-    """Let go of the backends held past their groups' destruction (run at exit)."""
-    while _HELD:
-        _HELD.pop()
-
-
 def _destroy_safely(destroy: Any, group: Any = None) -> None:
     """Run torch's ``destroy_process_group`` so that no backend is freed with the GIL held."""
     world = getattr(dist.distributed_c10d, "_world", None)
     groups = list(getattr(world, "pg_map", {}) or {}) if group is None else [group]
-    held = [(weakref.ref(g), _backends(g)) for g in groups]
+    kept = [(weakref.ref(g), _backends(g)) for g in groups]
     del groups
     destroy(group)
-    for ref, backends in held:
-        if ref() is not None:  # still referenced (DDP): its backends go when the process exits
-            if not _HELD:
-                atexit.register(_release_held)
-            _HELD.append((ref, backends))
-    held.clear()  # the rest are freed here, each by its own binding, which releases the GIL
+    outlived = [backends for ref, backends in kept if ref() is not None]  # DDP still holds them
+    if outlived:
+        if not _HELD:
+            atexit.register(_HELD.clear)  # freed at exit, while the interpreter is whole
+        _HELD.extend(outlived)
+    # The other backends are freed as this returns, each by its own binding, which releases the GIL.
 
 
 def guarded_destroy(original: Callable[..., None]) -> Callable[..., None] | None:

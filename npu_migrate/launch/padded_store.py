@@ -12,8 +12,8 @@ Usage::
 Why: before torch 2.4 (pytorch/pytorch#128212), ``Store.compare_set`` built its result, a Python
 ``bytes``, after it had released the GIL. The launcher calls it from several threads (the heartbeat,
 the rendezvous, the main loop), and so does torch's own rendezvous backend; a result allocated by
-CPython's small-object allocator while another thread allocates corrupts the heap: the launcher
-died with SIGSEGV about once in ten multi-node tests on torch 2.1.2 under load, and a two-thread
+CPython's small-object allocator while another thread allocates corrupts the heap: launchers
+died with SIGSEGV in 3 multi-node tests of one CI run on torch 2.1.2 under load, and a two-thread
 loop of ``compare_set`` beside ordinary Python crashed every run. Objects over 512 bytes come from
 the C allocator instead, which is thread-safe, and creating them touches no other shared state
 (CPython <= 3.11, the Pythons of torch 2.1). So every value the launcher stores, and every value
