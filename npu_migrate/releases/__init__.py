@@ -1,0 +1,32 @@
+"""Released torch-npu packages, read in place: the one source of facts about Ascend's torch.
+
+Every torch-npu wheel on the package index installs without CANN and is a plain zip file. What
+this toolkit says about a release (the torch it requires, the operators it registers for the
+NPU, the names and signatures of ``torch_npu.npu``) is read from the release itself, never
+restated by hand:
+
+Usage::
+
+    from npu_migrate import releases
+
+    release = releases.find("2.14.0")          # installed, cached, or downloaded once
+    release.version                             # "2.14.0"
+    release.requires_torch                      # "torch==2.14.0.*"
+    release.read_text("torch_npu/npu/__init__.py")
+
+    releases.installed()                        # the torch_npu of this environment, or None
+
+Nothing here imports torch (or torch_npu): the wheel's files are read as text.
+"""
+
+from __future__ import annotations
+
+from npu_migrate.releases.wheels import (
+    ReleaseNotFound,
+    Release,
+    cache_dir,
+    find,
+    installed,
+)
+
+__all__ = ["Release", "ReleaseNotFound", "cache_dir", "find", "installed"]
