@@ -17,6 +17,12 @@ __version__ = "0.1.0"
 import importlib
 from typing import TYPE_CHECKING
 
+from npu_migrate import _exit
+
+# Every process that imports npu_migrate (ported code, the launcher's workers, `npu-migrate run`)
+# leaves no process group for the interpreter to finalize: see npu_migrate/_exit.py.
+_exit.install()
+
 
 # Names resolve on first use (PEP 562), so `python -m npu_migrate.launch` can start its
 # worker fork server before this process pays for `import torch`.

@@ -271,3 +271,12 @@ def destroy_distributed() -> None:
     if not (dist.is_available() and dist.is_initialized()):
         return
     (guarded_destroy(dist.destroy_process_group) or dist.destroy_process_group)()
+
+
+def teardown_at_exit() -> None:
+    """Destroy what is left and free held backends while Python is whole (see :mod:`npu_migrate._exit`)."""
+    import gc
+
+    destroy_distributed()
+    _HELD.clear()
+    gc.collect()
