@@ -16,3 +16,22 @@ Runtime migration serves them under the libraries' own names (:mod:`npu_migrate.
 ``npu-migrate port`` rewrites imports to them (rules NM030-NM032). The table of what maps to what is
 docs/cuda-libraries.md.
 """
+
+from __future__ import annotations
+
+# The one table of what is served: each CUDA library module name -> the npu_migrate module that
+# provides its public names ("" = a package that only holds submodules). Read by runtime migration's
+# import hook (npu_migrate.migrate.libs_hook) and the port rules (npu_migrate.port.matchers.libs).
+MODULES: dict[str, str] = {
+    "flash_attn": "npu_migrate.libs.flash_attn",
+    "flash_attn.flash_attn_interface": "npu_migrate.libs.flash_attn",
+    "xformers": "",
+    "xformers.ops": "npu_migrate.libs.xformers",
+    "xformers.ops.fmha": "npu_migrate.libs.xformers",
+    "xformers.ops.fmha.attn_bias": "npu_migrate.libs.xformers",
+    "apex": "",
+    "apex.optimizers": "npu_migrate.libs.apex",
+    "apex.normalization": "npu_migrate.libs.apex",
+    "apex.normalization.fused_layer_norm": "npu_migrate.libs.apex",
+    "apex.amp": "npu_migrate.libs.apex_amp",
+}

@@ -30,21 +30,10 @@ import sys
 from types import ModuleType
 from typing import Any, Sequence
 
+from npu_migrate.libs import MODULES
 from npu_migrate.migrate.environment import ENV_MIGRATE
 
-# module name -> the npu_migrate module whose public names it gets ("" = a package with submodules only)
-SERVED: dict[str, str] = {
-    "flash_attn": "npu_migrate.libs.flash_attn",
-    "flash_attn.flash_attn_interface": "npu_migrate.libs.flash_attn",
-    "xformers": "",
-    "xformers.ops": "npu_migrate.libs.xformers",
-    "xformers.ops.fmha": "npu_migrate.libs.xformers",
-    "xformers.ops.fmha.attn_bias": "npu_migrate.libs.xformers",
-    "apex": "",
-    "apex.optimizers": "npu_migrate.libs.apex",
-    "apex.normalization": "npu_migrate.libs.apex",
-    "apex.amp": "npu_migrate.libs.apex_amp",
-}
+SERVED: dict[str, str] = MODULES  # module name -> npu_migrate module ("" = a package of submodules)
 ROOTS = frozenset(name.split(".")[0] for name in SERVED)
 VERSIONS = {"xformers": "0.0.28", "apex": "0.1"}  # the APIs followed (flash_attn's is in its module)
 
