@@ -56,15 +56,19 @@ def reject(argument: str, value: object, fix: str) -> MigrationError:
     return MigrationError(f"{argument}={value!r} has no equivalent outside CUDA kernels; {fix}")
 
 
-def normalize_window(window: Sequence[int] | None, causal: Causal) -> tuple[int, int] | None:
-    """``(left, right)`` with ``-1`` for unbounded, causal folded in as ``right = 0``; ``None`` = no window.
+def normalize_window(window: Sequence[int] | None, causal: Causal) -> tuple[Causal, tuple[int, int] | None]:
+    """The causal mode and ``(left, right)`` window (``-1`` unbounded) that say the same with the least masking.
+
+    Causal bottom-right folds into the window as ``right = 0``; a window that is only ``(-1, 0)`` is
+    bottom-right causal (SDPA's ``is_causal`` or the NPU's ``sparse_mode=3``, no band); ``(-1, -1)`` is
+    no window.
 
     Raises:
         MigrationError: a window with a top-left causal mask (no library API means that).
         ValueError: not two integers >= -1.
     """
     if window is None:
-        return None
+        return causal, None
     left, right = (int(w) for w in window)
     if left < UNBOUNDED or right < UNBOUNDED:
         raise ValueError(f"window_size={tuple(window)!r} is not valid: expected two integers >= -1 (-1 = unbounded).")
@@ -74,8 +78,10 @@ def normalize_window(window: Sequence[int] | None, causal: Causal) -> tuple[int,
         raise reject("window_size", tuple(window), "a sliding window is aligned bottom-right (flash-attn, xformers' "
                      "LocalAttentionFromBottomRightMask); use Causal.BOTTOM_RIGHT with it.")
     if (left, right) == (UNBOUNDED, UNBOUNDED):
-        return None
-    return left, right
+        return causal, None
+    if (left, right) == (UNBOUNDED, 0):
+        return Causal.BOTTOM_RIGHT, None
+    return causal, (left, right)
 
 
 def keep_mask(sq: int, skv: int, causal: Causal, window: tuple[int, int] | None,
@@ -156,7 +162,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: Caus
                          "multiple of the key heads, and keys and values must have the same heads.")
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p={dropout_p!r} is not a probability in [0, 1).")
-    win = normalize_window(window, causal)
+    causal, win = normalize_window(window, causal)
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
     if q.device.type == "npu":
