@@ -96,3 +96,29 @@ def test_without_migration_nothing_is_served(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-c", "import npu_migrate.migrate.libs_hook as h; h.register(); "
                            "import flash_attn"], env=child_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "No module named 'flash_attn'" in proc.stderr
+
+
+def test_launch_migrate_serves_an_import_made_before_torch(tmp_path: Path) -> None:
+    """A torchrun-style worker that imports flash_attn first: the finder arms the migration by importing torch."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "worker.py"
+    script.write_text(
+        "from flash_attn import flash_attn_func\n"
+        "import os\nimport torch\nimport torch.distributed as dist\n"
+        "dist.init_process_group('nccl')\n"
+        "q = torch.randn(1, 4, 2, 8, device=f\"cuda:{os.environ['LOCAL_RANK']}\")\n"
+        "out = flash_attn_func(q, q, q, causal=True)\n"
+        "print('rank', dist.get_rank(), out.device.type, flash_attn_func.__module__)\n"
+        "dist.destroy_process_group()\n")
+    report = tmp_path / "report.json"
+    proc = subprocess.run([sys.executable, "-m", "npu_migrate.launch", "--migrate", "--device", "cpu", "--device-num",
+                           "2", "--migrate-report", str(report), str(script)],
+                          env=child_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for rank in (0, 1):
+        assert f"rank {rank} cpu npu_migrate.libs.flash_attn" in proc.stdout
+    import json
+
+    assert json.loads(report.read_text())["apis"]["flash_attn.flash_attn_func"]["processes"] == 2

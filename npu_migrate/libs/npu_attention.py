@@ -76,7 +76,7 @@ def _pse(bias: torch.Tensor | None, alibi_slopes: torch.Tensor | None, q: torch.
         bias = bias.unsqueeze(0)
     batch, heads = q.shape[0], q.shape[2]
     shape = (batch if bias.shape[0] != 1 else 1, heads, sq, skv)
-    return (bias.float() / scale).to(q.dtype).expand(shape)
+    return (bias.float() / scale).to(q.dtype).expand(shape).contiguous()
 
 
 def fusion_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: Causal,
@@ -103,6 +103,8 @@ def fusion_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causa
         pse = _pse(bias, alibi_slopes, q, q.shape[1], k.shape[1], scale)
         if pse is not None:
             kwargs["pse"] = pse
+    # Contiguous inputs: flash-attn callers pass views (qkv.unbind(2)); the fused kernel reads dense BSND/TND.
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     out, softmax_max, softmax_sum = torch_npu.npu_fusion_attention(q, k, v, heads, **kwargs)[:3]
     if not return_lse:
         return out
