@@ -122,3 +122,36 @@ def test_launch_migrate_serves_an_import_made_before_torch(tmp_path: Path) -> No
     import json
 
     assert json.loads(report.read_text())["apis"]["flash_attn.flash_attn_func"]["processes"] == 2
+
+
+def test_uninstall_stops_serving() -> None:
+    import importlib
+    import sys
+
+    from npu_migrate import migrate
+
+    def forget() -> None:
+        for name in [n for n in sys.modules if n.partition(".")[0] in ("flash_attn", "apex")]:
+            del sys.modules[name]
+
+    forget()
+    try:
+        with migrate.enabled(device="cpu"):
+            assert importlib.import_module("flash_attn").flash_attn_func.__module__ == "npu_migrate.libs.flash_attn"
+            assert importlib.import_module("apex.amp").initialize.__module__ == "npu_migrate.libs.apex_amp"
+        forget()
+        with pytest.raises(ModuleNotFoundError, match="No module named 'flash_attn'"):
+            importlib.import_module("flash_attn")
+    finally:
+        forget()
+
+
+def test_every_served_module_has_an_implementation_with_public_names() -> None:
+    import importlib
+
+    from npu_migrate.libs import MODULES
+
+    for name, impl in MODULES.items():
+        if impl:
+            module = importlib.import_module(impl)
+            assert module.__all__ and all(hasattr(module, n) for n in module.__all__), name
