@@ -20,12 +20,12 @@ import os
 from typing import Iterator
 
 from npu_migrate import device as _device
-from npu_migrate.migrate import callers, environment
+from npu_migrate.migrate import callers, environment, libs_hook
 from npu_migrate.migrate.mapping import map_environment
 from npu_migrate.migrate.patches import AREAS
 from npu_migrate.migrate.report import REPORT
 from npu_migrate.migrate.sim import count_from_env
-from npu_migrate.migrate.state import STATE, all_or_nothing, is_installed, rollback, set_env
+from npu_migrate.migrate.state import STATE, all_or_nothing, is_installed, patch, rollback, set_env
 
 
 def install(device: str | None = None, device_count: int | None = None, propagate: bool = False,
@@ -63,6 +63,8 @@ def install(device: str | None = None, device_count: int | None = None, propagat
                 set_env(environment.ENV_REPORT_DIR, report_dir)
             REPORT.target = spec.name
             STATE.target = spec
+            libs_hook.register()  # flash_attn, xformers, apex from npu_migrate.libs (off the CUDA target or missing)
+            patch(libs_hook, "ACTIVE", True)
             if spec.name == "cuda":
                 return spec.name  # nothing to move
             callers.reset()

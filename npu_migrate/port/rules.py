@@ -22,7 +22,7 @@ from typing import Optional, Sequence
 import libcst as cst
 
 from npu_migrate.port.context import Rule
-from npu_migrate.port.matchers import api, checkpoint, devices, distributed, npu, reports
+from npu_migrate.port.matchers import api, checkpoint, devices, distributed, libs, npu, reports
 from npu_migrate.port.targets import STYLES, TARGETS  # noqa: F401 - re-exported for the CLI and tests
 
 _CALL = (cst.Call,)
@@ -78,10 +78,22 @@ RULES: tuple[Rule, ...] = (
          npu.match_npu_device, (r"\.npu\(|is_npu|[\"']npu",)),
     Rule("NM023", "hccl-backend", '"hccl" as the backend', "`nm.default_backend()`",
          _CALL + (cst.Assign, cst.AnnAssign), npu.match_hccl, (r"[\"']hccl",)),
+    Rule("NM030", "flash-attn", "`from flash_attn import flash_attn_func, flash_attn_varlen_func, ...`, "
+         "`import flash_attn`, `flash_attn.flash_attn_interface`",
+         "the same names from `npu_migrate.libs.flash_attn` (SDPA off the NPU, npu_fusion_attention on it; "
+         "causal alignment, windows, GQA, varlen kept)", (cst.Import, cst.ImportFrom), libs.match_flash_attn,
+         (r"flash_attn",)),
+    Rule("NM031", "xformers", "`xformers.ops.memory_efficient_attention` and its attention biases "
+         "(`LowerTriangularMask`, `LowerTriangularFromBottomRightMask`, `BlockDiagonalMask`, tensor bias)",
+         "the same names from `npu_migrate.libs.xformers`", (cst.Import, cst.ImportFrom), libs.match_xformers,
+         (r"xformers",)),
+    Rule("NM032", "apex-fused", "apex `FusedAdam`, `FusedSGD`, `FusedLayerNorm`, `FusedRMSNorm` and `apex.amp`",
+         "the same names from `npu_migrate.libs.apex` / `npu_migrate.libs.apex_amp` (apex's defaults kept)",
+         (cst.Import, cst.ImportFrom), libs.match_apex, (r"apex",)),
     Rule("NM101", "cuda-extension", "CUDA extensions: `torch.utils.cpp_extension`, `.cu`/`.cuh` sources",
          "port the kernels to Ascend C / torch_npu op-plugin, or keep a pure-PyTorch fallback",
          _REF + (cst.SimpleString,), reports.match_cu_source, (r"cpp_extension", r"\.cuh?['\"]")),
-    Rule("NM102", "apex", "NVIDIA apex (amp, fused optimizers, SyncBatchNorm)",
+    Rule("NM102", "apex", "NVIDIA apex parts NM032 does not port (apex.parallel, SyncBatchNorm, contrib...)",
          "use torch.amp, torch.optim and torch.nn.SyncBatchNorm (or Ascend's apex fork)",
          _REF, reports.reference_matcher(("apex",), "{name} is NVIDIA apex, built for CUDA"), (r"apex",)),
     Rule("NM103", "cupy", "CuPy arrays and kernels", "use torch tensors, or numpy on the host",

@@ -759,3 +759,6 @@ def _autoload() -> None:
 
     Importing this module already did everything, as importing the real torch_npu does.
     """
+
+
+from torch_npu._fusion_attention import npu_fusion_attention  # noqa: E402,F401 - the reference operator (helper F)
