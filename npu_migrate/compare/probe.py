@@ -274,7 +274,13 @@ class Probe:
             raise ProbeError(f"probe file {path!r} already exists; nothing was overwritten. Choose a new directory, "
                              "or pass append=True (--probe-append) to add to it.")
         # private (0600), and never appended through a symlink planted at the name
-        self._fh = os.fdopen(fileio.open_private_append(path), "ab")
+        try:
+            self._fh = os.fdopen(fileio.open_private_append(path), "ab")
+        except OSError as exc:
+            self._closed = True
+            link = " (it is a symlink: probe files are never written through one)" if os.path.islink(path) else ""
+            raise ProbeError(f"probe file {path!r} cannot be opened: {exc.strerror or exc}{link}. Choose a "
+                             "directory of your own for --probe.") from None
         self._pid = os.getpid()
         self._device_type, device_name = self._device()
         torch_npu = sys.modules.get("torch_npu")

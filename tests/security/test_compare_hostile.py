@@ -46,7 +46,6 @@ STEP = '{"kind": "step", "step": 9, "loss": 1.0, "grad_norm": 1.0, "lr": 0.1}'
     ('["kind", "step"]', "expected an object"),
     ('{"kind": "step", "step": "five", "loss": 1.0}', "is not a step number"),
     ('{"kind": "step", "step": 5, "loss": "1.0"}', "is not a number"),
-    ('{"kind": "step", "step": 5, "loss": 1e999999}', None),                    # inf: a number, accepted
     ('{"kind": "layout", "id": 0, "entries": [["m", 0, "forward", "input.0", "float32", "xyz"]]}',
      "is not a list of integers"),
     ('{"kind": "layout", "id": [], "entries": []}', "unhashable"),
@@ -56,15 +55,12 @@ STEP = '{"kind": "step", "step": 9, "loss": 1.0, "grad_norm": 1.0, "lr": 0.1}'
      "nested too deeply"),
     ('{"kind": "header", "format": 7}', "is int, expected a string"),
     ('{"kind": "header", "format": "npu_migrate.probe/1", "versions": "2.1"}', "expected an object"),
-], ids=lambda v: (v or "ok")[:40])
-def test_malformed_line_is_one_error_line(tmp_path: Path, bad: str, reason: str | None) -> None:
+], ids=lambda v: v[:40])
+def test_malformed_line_is_one_error_line(tmp_path: Path, bad: str, reason: str) -> None:
     a = two_ranks(tmp_path / "a", LOSSES)
     b = two_ranks(tmp_path / "b", LOSSES)
     append_lines(b / "rank1.jsonl", bad, STEP)  # the bad line is line 7, with a good line after it
     result = run_cli("compare", str(a), str(b))
-    if reason is None:
-        assert result.returncode in (0, 1) and "Traceback" not in result.stderr, result.stderr
-        return
     line = one_error_line(result, b / "rank1.jsonl", 7)
     assert reason in line, line
 
@@ -82,14 +78,6 @@ def test_deeply_nested_single_rank_file_and_metrics_file(tmp_path: Path) -> None
     bad_step = tmp_path / "s.jsonl"
     bad_step.write_text(json.dumps({"step": 1, "loss": 1.0}) + "\n" + '{"step": 1e999, "loss": 1.0}\n')
     one_error_line(run_cli("compare", str(bad_step), str(bad_step)), bad_step, 2)
-
-
-def test_torn_last_line_is_still_only_a_note(tmp_path: Path) -> None:
-    a = two_ranks(tmp_path / "a", LOSSES)
-    append_lines(a / "rank0.jsonl", '{"kind": "step", "step": 5, "lo')
-    result = run_cli("compare", str(a), str(a))
-    assert result.returncode == 0, result.stderr
-    assert "unreadable line skipped" in result.stdout
 
 
 def test_escape_sequences_from_recordings_never_reach_the_terminal(tmp_path: Path) -> None:
