@@ -20,8 +20,6 @@ import pytest
 from conftest import child_env, run_cli
 from test_compare import LOSSES, two_ranks
 
-from npu_migrate import fileio
-
 VICTIM_TEXT = "the victim's own file\n"
 
 
@@ -43,6 +41,8 @@ def mode(path: Path) -> int:
 
 def test_write_private_atomic_replaces_a_planted_symlink_and_is_private(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from npu_migrate import fileio
+
     target, bashrc = tmp_path / "shared" / "report.json", victim(tmp_path)
     target.parent.mkdir()
     target.symlink_to(bashrc)
