@@ -92,6 +92,6 @@ def write(report: dict[str, Any], targets: list[str]) -> list[str]:
         try:
             # secrets redacted; whole, never through a planted symlink, private (npu_migrate.fileio)
             fileio.write_private_atomic(path, json.dumps(redact.value(report), indent=1))
-        except OSError as exc:
-            failed.append(f"{path} ({exc.strerror or exc})")
+        except (OSError, ValueError) as exc:  # ValueError: NPU_MIGRATE_FILE_MODE is not a mode
+            failed.append(f"{path} ({getattr(exc, 'strerror', None) or exc})")
     return failed
