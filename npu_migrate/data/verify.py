@@ -15,9 +15,9 @@ are hashed and checked against the ETag of the listing before the file is served
 
 * a single-part upload's ETag is the MD5 of its bytes (S3, OSS, MinIO, OBS);
 * a multipart upload's ETag (``HEX-N``) is the MD5 of the N parts' MD5s. The part size is not in
-  the listing: it is taken from ``part_size_hint`` (the store's answer for part 1, where it gives
-  one) or else from the sizes upload tools use (whole MiB: aws-cli and boto3 8 MiB, s3fs 50 MiB,
-  rclone 5 MiB, MinIO 16 or 64 MiB...), each size that gives N parts being tried;
+  the listing, so the sizes upload tools use are tried (whole MiB: aws-cli and boto3 8 MiB, s3fs
+  50 MiB, rclone 5 MiB, MinIO 16 or 64 MiB..., then the smallest whole MiB), each that gives N
+  parts, at most :data:`MAX_CANDIDATES` of them;
 * anything else (an ETag that is not an MD5, or no part size that reproduces it): ``None``,
   and the caller downloads the file again rather than trust it.
 """
@@ -74,13 +74,12 @@ COMMON_PART_MIB = (8, 5, 16, 50, 64, 10, 15, 32, 100, 128, 256, 512)
 MAX_CANDIDATES = 8  # bounded work: a few full reads of the file at most
 
 
-def part_size_candidates(size: int, parts: int, hint: int | None = None) -> list[int]:
-    """Part sizes that split ``size`` bytes into ``parts`` parts: ``hint``, common sizes, then whole MiB."""
+def part_size_candidates(size: int, parts: int) -> list[int]:
+    """Part sizes that split ``size`` bytes into ``parts`` parts: common sizes, then whole MiB."""
     if parts == 1:
         return [size]
     low, high = -(-size // parts), (size - 1) // (parts - 1)  # ceil(size / p) == parts for p in [low, high]
-    found = [hint] if hint and low <= hint <= high else []
-    found += [mib * MIB for mib in COMMON_PART_MIB if low <= mib * MIB <= high and mib * MIB not in found]
+    found = [mib * MIB for mib in COMMON_PART_MIB if low <= mib * MIB <= high]
     mib = -(-low // MIB)  # then the smallest whole MiB that fits (tools that size parts to a part limit)
     while mib * MIB <= high and len(found) < MAX_CANDIDATES:
         if mib * MIB not in found:
@@ -117,7 +116,7 @@ def md5_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def matches_etag(path: Path, etag: str, size: int, part_size_hint: int | None = None) -> bool | None:
+def matches_etag(path: Path, etag: str, size: int) -> bool | None:
     """Whether the bytes of ``path`` are those of an object with ``etag`` and ``size``.
 
     Returns:
@@ -131,7 +130,7 @@ def matches_etag(path: Path, etag: str, size: int, part_size_hint: int | None = 
         multipart = _multipart(etag)
         if multipart is None:
             return None
-        for part_size in part_size_candidates(size, multipart[1], part_size_hint):
+        for part_size in part_size_candidates(size, multipart[1]):
             if multipart_etag(path, part_size) == etag:
                 return True
         return None

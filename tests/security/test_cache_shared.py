@@ -71,6 +71,10 @@ def test_swapped_file_in_a_shared_cache_is_downloaded_again(s3, tmp_path: Path, 
     assert (again / "blob.bin").read_bytes() == data
     assert any("does not hold the bytes of the object" in r.getMessage() for r in caplog.records), caplog.text
 
+    s3.record()  # the fresh copy hashes to the ETag (multipart too): served with no download
+    cache.fetch(f"s3://{bucket}/d", cache_dir=cache_dir, progress=lambda n: None)
+    assert [r for r in s3.recorded() if r["method"] == "GET" and "list-type" not in r["url"]] == []
+
 
 def test_intact_file_in_a_shared_cache_is_served_without_a_download(s3, tmp_path: Path) -> None:  # noqa: F811
     bucket = new_bucket("intact")
