@@ -8,7 +8,6 @@ would. The tests then walk the whole temporary directory: nothing may exist outs
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
 import pytest

@@ -81,7 +81,7 @@ def test_deeply_nested_single_rank_file_and_metrics_file(tmp_path: Path) -> None
 
 
 def test_escape_sequences_from_recordings_never_reach_the_terminal(tmp_path: Path) -> None:
-    a = two_ranks(tmp_path / "a", LOSSES, device=ESCAPE, modules={1: None} and None)
+    a = two_ranks(tmp_path / "a", LOSSES, device=ESCAPE)
     b = tmp_path / "b"
     for rank in (0, 1):
         write_probe(b, rank, {1: 2.3, 2: 2.1, 3: 1.9, 4: 9.0}, device=ESCAPE)

@@ -11,12 +11,11 @@ of them. Then EVERY file the run wrote is read and searched for each secret.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
-from conftest import ROOT, child_env
-
-import subprocess
+from conftest import child_env
 
 SECRETS = {
     "argv --api-key X": "s3cr3t-argv-apikey-111",
