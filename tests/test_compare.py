@@ -207,6 +207,18 @@ def test_torn_last_line_after_a_crash_is_skipped(tmp_path: Path) -> None:
     assert result.passed and any("unreadable line skipped" in n for n in result.notes)
 
 
+def test_torn_line_before_an_appended_header_is_a_note_and_inf_is_a_number(tmp_path: Path) -> None:
+    """What the strict reader (tests/security/test_compare_hostile.py) must still accept."""
+    a = two_ranks(tmp_path / "a", LOSSES)
+    header = (a / "rank0.jsonl").read_text().splitlines()[0]
+    with open(a / "rank0.jsonl", "a") as fh:  # a crash tore a line, then a --probe-append run went on
+        fh.write('{"kind": "step", "step": 5, "lo\n' + header + "\n")
+        fh.write('{"kind": "step", "step": 5, "loss": 1e999999, "grad_norm": 1.0, "lr": 0.1}\n')
+    result = run_cli("compare", str(a), str(a))
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr  # inf fails, as NaN does
+    assert "unreadable line skipped" in result.stdout
+
+
 # ----------------------------------------------------------------------------------- other inputs
 
 

@@ -20,6 +20,7 @@ import sys
 from typing import Any
 
 from npu_migrate.errors import NpuMigrateError
+from npu_migrate.textsafe import printable
 
 _DTYPES = ("float16", "bfloat16", "float32", "float64")
 
@@ -84,14 +85,26 @@ def run(args: argparse.Namespace) -> int:
 
             plot.write_png(result, args.plot)
     except (NpuMigrateError, ValueError, OSError) as exc:
-        print(f"npu-migrate compare: error: {exc}", file=sys.stderr)
+        print(f"npu-migrate compare: error: {printable(str(exc), 1000)}", file=sys.stderr)
         return 2
+    except RecursionError:  # the readers name the line where they meet one; this is the last resort
+        print("npu-migrate compare: error: an input is nested too deeply to be a recording; check that A and B are "
+              "the runs you meant.", file=sys.stderr)
+        return 2
+    # Everything from the recordings was cleaned as it was read; this pass keeps the report so
+    # whatever a later change lets through.
+    text = printable(text, limit=len(text), keep_newlines=True)
     print(text)
-    if args.json_path:
-        report.write_json(result, args.json_path)
-    if args.markdown:
-        with open(args.markdown, "w", encoding="utf-8") as fh:
-            fh.write(text + "\n")
+    try:
+        if args.json_path:
+            report.write_json(result, args.json_path)
+        if args.markdown:
+            from npu_migrate import fileio
+
+            fileio.write_private_atomic(args.markdown, text + "\n")
+    except (NpuMigrateError, OSError) as exc:
+        print(f"npu-migrate compare: error: cannot write the report: {printable(str(exc), 1000)}", file=sys.stderr)
+        return 2
     return result.exit_code
 
 

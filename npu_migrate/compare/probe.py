@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import io
 import json
 import logging
 import os
@@ -42,6 +43,7 @@ from typing import Any, Iterator
 
 import torch
 
+from npu_migrate import fileio, redact
 from npu_migrate.compare import records
 from npu_migrate.compare.settings import ProbeError, ProbeSettings, StepRange, parse_ranks
 
@@ -271,7 +273,14 @@ class Probe:
             self._closed = True
             raise ProbeError(f"probe file {path!r} already exists; nothing was overwritten. Choose a new directory, "
                              "or pass append=True (--probe-append) to add to it.")
-        self._fh = open(path, "ab")
+        # private (0600), and never appended through a symlink planted at the name
+        try:
+            self._fh = os.fdopen(fileio.open_private_append(path), "ab")
+        except OSError as exc:
+            self._closed = True
+            link = " (it is a symlink: probe files are never written through one)" if os.path.islink(path) else ""
+            raise ProbeError(f"probe file {path!r} cannot be opened: {exc.strerror or exc}{link}. Choose a "
+                             "directory of your own for --probe.") from None
         self._pid = os.getpid()
         self._device_type, device_name = self._device()
         torch_npu = sys.modules.get("torch_npu")
@@ -287,7 +296,7 @@ class Probe:
             "versions": {"python": sys.version.split()[0], "torch": torch.__version__,
                          "torch_npu": getattr(torch_npu, "__version__", None), "npu_migrate": __version__},
             "settings": self.settings.describe(), "stat_fields": list(records.STAT_FIELDS),
-            "argv": list(sys.argv),
+            "argv": redact.argv(sys.argv),  # recordings are copied between machines: no secrets in them
         })
         # Workers of the launcher and of multiprocessing leave through os._exit, which skips atexit;
         # multiprocessing runs its own finalizers first.
@@ -310,6 +319,8 @@ class Probe:
             return ("cuda" if torch.cuda.is_available() else "cpu"), None
 
     def _write(self, record: dict[str, Any]) -> None:
+        if record.get("kind") == "header":
+            record = redact.value(record)
         self._fh.write((json.dumps(record, separators=(",", ":")) + "\n").encode("utf-8"))
         self._fh.flush()
 
@@ -540,10 +551,10 @@ class Probe:
                                  "It must come from the same model; delete it to save a new one.") from exc
             logger.info("probe: initial weights of %s loaded from %s", type(model).__name__, path)
         elif self._rank == 0:
-            tmp = f"{path}.{os.getpid()}.tmp"
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-            torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, tmp)
-            os.replace(tmp, path)
+            buffer = io.BytesIO()
+            torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, buffer)
+            fileio.write_atomic(path, buffer.getvalue(), mode=fileio.default_mode())
             logger.info("probe: initial weights of %s saved to %s", type(model).__name__, path)
 
 

@@ -134,15 +134,89 @@ def layout_line(layout_id: int, entries: Sequence[tuple[str, int, str, str, str,
             "entries": [[m, c, p, s, d, list(shape)] for m, c, p, s, d, shape in entries]}
 
 
+class RecordError(ValueError):
+    """A line of a rank file that is not what the probe writes: ``path:line: what is wrong``."""
+
+
+MAX_TEXT = 200
+"""Characters kept of any text a recording holds (names, versions, hosts): a recording may come
+from another machine or user, so its text is data, stripped of control characters and bounded."""
+
+MAX_DEPTH = 8
+"""Nesting kept of header values (``versions``, ``settings``); deeper values become ``"..."``."""
+
+_UNREADABLE = (ValueError, TypeError, KeyError, AttributeError, IndexError, OverflowError, RecursionError)
+"""What a malformed or hostile line can raise while it is parsed and checked: each becomes one
+:class:`RecordError` naming the file and line (``json.loads`` raises RecursionError on deep nesting)."""
+
+
+def clean(value: Any, depth: int = 0) -> Any:
+    """``value`` from a recording, safe to keep and print: strings through ``printable``, depth bounded."""
+    from npu_migrate.textsafe import printable
+
+    if isinstance(value, str):
+        return printable(value, MAX_TEXT)
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    if depth >= MAX_DEPTH:
+        return "..."
+    if isinstance(value, dict):
+        return {printable(k, MAX_TEXT): clean(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list):
+        return [clean(v, depth + 1) for v in value]
+    return printable(value, MAX_TEXT)
+
+
+def _text(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{what} is {type(value).__name__}, expected a string")
+    return clean(value)
+
+
+def _step_number(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"step {value!r} is not a step number (a non-negative integer)")
+    return value
+
+
+def _header(obj: dict[str, Any]) -> dict[str, Any]:
+    header = clean(obj)
+    for key in ("device", "default_dtype", "format"):
+        if key in header and header[key] is not None:
+            _text(header[key], f"{key!r}")
+    for key in ("versions", "settings"):
+        if key in header and not isinstance(header[key], dict):
+            raise TypeError(f"{key!r} is {type(header[key]).__name__}, expected an object")
+    return header
+
+
+def _layout(obj: dict[str, Any]) -> tuple[Entry, ...]:
+    entries = []
+    for item in obj["entries"]:
+        m, c, p, s, d, shape = item
+        if not isinstance(shape, list) or not all(isinstance(n, int) and not isinstance(n, bool) for n in shape):
+            raise TypeError(f"shape {clean(shape)!r} is not a list of integers")
+        entries.append(Entry(_text(m, "module"), _step_number(c), _text(p, "phase"), _text(s, "slot"),
+                             _text(d, "dtype"), tuple(shape)))
+    return tuple(entries)
+
+
 def read_rank_file(path: str, rank: int) -> RankRecording:
-    """Read one ``rank{R}.jsonl``, tolerating a torn last line (a crash while writing).
+    """Read one ``rank{R}.jsonl``, tolerating a torn line left by a crash.
+
+    A line that is not JSON is skipped with a note where a crash could have torn it: as the
+    last line, or just before the header of a run that appended to the file. Any other
+    malformed line (not JSON elsewhere, nested too deeply, a missing key, a value of the wrong
+    type) stops the reading. Text is kept through :func:`clean`.
 
     Raises:
+        RecordError: one line, ``path:line: what is wrong``, for the first malformed line.
         ValueError: the file is not a probe recording.
     """
     rec = RankRecording(rank=rank, path=path)
     layouts: dict[tuple[int, int], tuple[Entry, ...]] = {}
     session = -1
+    torn: tuple[int, str] | None = None  # a line that was not JSON: fine only if a crash explains it
     with open(path, "rb") as fh:
         for number, line in enumerate(fh, 1):
             if len(line) < 3 and not line.strip():
@@ -151,47 +225,92 @@ def read_rank_file(path: str, rank: int) -> RankRecording:
                 obj = _fast_modules(line) if line.startswith(_MODULES_PREFIX) else None
                 if obj is None:
                     obj = json.loads(line)
-                kind = obj["kind"]
-            except (ValueError, KeyError, TypeError):
-                rec.notes.append(f"{path}:{number}: unreadable line skipped (torn by a crash?)")
+            except (ValueError, RecursionError) as exc:
+                if torn is not None:
+                    raise _bad(path, torn[0], torn[1]) from None
+                torn = (number, "not JSON" if isinstance(exc, ValueError) else "JSON nested too deeply")
+                if isinstance(exc, RecursionError):
+                    raise _bad(path, *torn) from None
                 continue
-            if kind == "step":
-                step = int(obj["step"])
-                rec.steps[step] = {k: _num(obj.get(k)) for k in STEP_METRICS if obj.get(k) is not None}
-                if obj.get("autocast"):
-                    rec.autocast[step] = obj["autocast"]
-                else:
-                    rec.autocast.pop(step, None)
-            elif kind == "modules":
-                entries = layouts.get((session, obj["layout"]))
-                if entries is None:
-                    rec.notes.append(f"{path}:{number}: module record of step {obj.get('step')} names unknown "
-                                     f"layout {obj['layout']}; skipped")
-                    continue
-                raw = base64.b64decode(obj["stats"])
-                if len(raw) != 8 * NSTATS * len(entries):
-                    rec.notes.append(f"{path}:{number}: module record of step {obj.get('step')} has "
-                                     f"{len(raw) // 8} numbers for {len(entries)} entries; skipped")
-                    continue
-                rec.modules[int(obj["step"])] = (entries, raw)
-            elif kind == "layout":
-                layouts[(session, obj["id"])] = tuple(
-                    Entry(str(m), int(c), str(p), str(s), str(d), tuple(shape)) for m, c, p, s, d, shape in obj["entries"])
-            elif kind == "header":
-                if obj.get("format", "").split("/")[0] != FORMAT.split("/")[0]:
-                    raise ValueError(f"{path} is not a probe recording (header format {obj.get('format')!r}, "
-                                     f"expected {FORMAT!r})")
-                session += 1
-                rec.headers.append(obj)
-                if not rec.header:
-                    rec.header = obj
-                rec.end = None
-            elif kind == "end":
-                rec.end = obj
+            try:
+                if not isinstance(obj, dict):
+                    raise TypeError(f"a JSON {type(obj).__name__}, expected an object")
+                kind = obj["kind"]
+                if torn is not None:
+                    if kind != "header":
+                        raise _bad(path, torn[0], torn[1])
+                    rec.notes.append(f"{path}:{torn[0]}: unreadable line skipped (torn by a crash?)")
+                    torn = None
+                session = _read_line(rec, layouts, session, obj, path, number)
+            except RecordError:
+                raise
+            except _UNREADABLE as exc:
+                raise _bad(path, number, _reason(exc)) from None
+    if torn is not None:
+        rec.notes.append(f"{path}:{torn[0]}: unreadable line skipped (torn by a crash?)")
     if not rec.headers:
         raise ValueError(f"{path} has no probe header: expected a first line with \"kind\": \"header\" "
                          "written by --probe")
     return rec
+
+
+def _reason(exc: BaseException) -> str:
+    from npu_migrate.textsafe import printable
+
+    if isinstance(exc, KeyError):
+        return f"no {printable(exc.args[0] if exc.args else '', 80)!r} field"
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    return printable(str(exc), 200) or type(exc).__name__
+
+
+def _bad(path: str, number: int, reason: str) -> RecordError:
+    return RecordError(f"{path}:{number}: not a probe record ({reason}). Each line must be a JSON object as "
+                       "--probe writes it (see npu_migrate.compare.records); re-record the run, or remove the line.")
+
+
+def _read_line(rec: RankRecording, layouts: dict[tuple[int, int], tuple[Entry, ...]], session: int,
+               obj: dict[str, Any], path: str, number: int) -> int:
+    """Add one parsed line to ``rec``; return the session (header count - 1). Raises on a malformed line."""
+    kind = obj["kind"]
+    if kind == "step":
+        step = _step_number(obj["step"])
+        rec.steps[step] = {k: _num(obj.get(k)) for k in STEP_METRICS if obj.get(k) is not None}
+        if obj.get("autocast"):
+            rec.autocast[step] = _text(obj["autocast"], "autocast")
+        else:
+            rec.autocast.pop(step, None)
+    elif kind == "modules":
+        step = _step_number(obj["step"])
+        try:
+            raw = base64.b64decode(obj["stats"], validate=True)
+        except (ValueError, TypeError):
+            raise ValueError("'stats' is not base64") from None
+        entries = layouts.get((session, obj["layout"]))
+        if entries is None:
+            rec.notes.append(f"{path}:{number}: module record of step {step} names unknown "
+                             f"layout {clean(obj['layout'])}; skipped")
+            return session
+        if len(raw) != 8 * NSTATS * len(entries):
+            rec.notes.append(f"{path}:{number}: module record of step {step} has "
+                             f"{len(raw) // 8} numbers for {len(entries)} entries; skipped")
+            return session
+        rec.modules[step] = (entries, raw)
+    elif kind == "layout":
+        layouts[(session, obj["id"])] = _layout(obj)
+    elif kind == "header":
+        header = _header(obj)
+        if str(header.get("format", "")).split("/")[0] != FORMAT.split("/")[0]:
+            raise RecordError(f"{path}:{number}: not a probe recording (header format {header.get('format')!r}, "
+                              f"expected {FORMAT!r})")
+        session += 1
+        rec.headers.append(header)
+        if not rec.header:
+            rec.header = header
+        rec.end = None
+    elif kind == "end":
+        rec.end = clean(obj)
+    return session
 
 
 _MODULES_PREFIX = b'{"kind":"modules","step":'
@@ -217,4 +336,6 @@ def _fast_modules(line: bytes) -> dict[str, Any] | None:
 
 
 def _num(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{clean(value)!r} is not a number")
     return float(value)

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from typing import Any
 
+from npu_migrate import fileio
 from npu_migrate.compare.align import spans
 from npu_migrate.compare.verdict import Comparison
 
@@ -116,11 +116,8 @@ def to_dict(result: Comparison) -> dict[str, Any]:
 
 
 def write_json(result: Comparison, path: str) -> None:
-    """Write :func:`to_dict` to ``path``."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as fh:
-        json.dump(to_dict(result), fh, indent=2, allow_nan=False)
-        fh.write("\n")
+    """Write :func:`to_dict` to ``path`` (whole, private: :func:`npu_migrate.fileio.write_private_atomic`)."""
+    fileio.write_private_atomic(path, json.dumps(to_dict(result), indent=2, allow_nan=False) + "\n")
 
 
 def markdown(result: Comparison) -> str:

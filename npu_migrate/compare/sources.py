@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from npu_migrate.compare import records, settings
 from npu_migrate.errors import NpuMigrateError
+from npu_migrate.textsafe import printable
 
 STEP_KEYS = ("step", "iteration", "iter", "global_step", "epoch")
 """Columns that number a metrics row, in the order they are looked for."""
@@ -88,7 +89,10 @@ def load_run(path: str, pattern: str | None = None, metrics: list[str] | None = 
         raise SourceError(f"{path!r} is neither a --probe directory nor JSON lines. For a plain log, pass "
                           "--pattern REGEX with named groups, e.g. 'step (?P<step>\\d+) loss (?P<loss>\\S+)'.")
     if first.get("kind") == "header":
-        rank = int(first.get("rank", 0))
+        rank = first.get("rank", 0)
+        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+            raise SourceError(f"{path}:1: not a probe record (rank {records.clean(rank)!r} is not a rank). Each line "
+                              "must be a JSON object as --probe writes it; re-record the run.")
         try:
             rec = records.read_rank_file(path, rank)
         except ValueError as exc:
@@ -98,14 +102,18 @@ def load_run(path: str, pattern: str | None = None, metrics: list[str] | None = 
 
 
 def _first_json(path: str) -> dict[str, Any] | None:
+    number = 0
     try:
         with open(path, encoding="utf-8") as fh:
-            for line in fh:
+            for number, line in enumerate(fh, 1):
                 if line.strip():
                     obj = json.loads(line)
                     return obj if isinstance(obj, dict) else None
     except (ValueError, UnicodeDecodeError):
         return None
+    except RecursionError:
+        raise SourceError(f"{path}:{number}: JSON nested too deeply to be a probe record or a metrics row; "
+                          "check that this is the file you meant.") from None
     return None
 
 
@@ -145,13 +153,21 @@ def _load_metrics(path: str, wanted: list[str] | None) -> Run:
             except ValueError:
                 run.notes.append(f"{path}:{number}: not JSON; skipped")
                 continue
+            except RecursionError:
+                raise SourceError(f"{path}:{number}: JSON nested too deeply to be a metrics row; expected one flat "
+                                  "JSON object per line, like the examples' --metrics file.") from None
             if not isinstance(row, dict):
                 continue
             if step_key is None:
                 step_key = next((k for k in STEP_KEYS if _number(row.get(k)) is not None), "")
-            step = int(row[step_key]) if step_key and _number(row.get(step_key)) is not None else len(rec.steps) + 1
+            numbered = _number(row.get(step_key)) if step_key else None
+            if numbered is not None and not (math.isfinite(numbered) and numbered >= 0):
+                raise SourceError(f"{path}:{number}: {step_key} {numbered} is not a step number; expected a "
+                                  "non-negative number in every row.")
+            step = int(numbered) if numbered is not None else len(rec.steps) + 1
             values = {}
             for key, value in row.items():
+                key = printable(key, records.MAX_TEXT)
                 x = _number(value)
                 if x is None or key == step_key or key in ("world_size", "rank"):
                     continue
@@ -163,7 +179,7 @@ def _load_metrics(path: str, wanted: list[str] | None) -> Run:
             rec.steps[step] = values  # a resumed run repeats steps: the last row wins
             for key in ("device", "backend", "world_size", "dtype"):
                 if key in row and key not in rec.header:
-                    rec.header[key] = row[key]
+                    rec.header[key] = records.clean(row[key], records.MAX_DEPTH)  # a scalar, shown as text
     if not rec.steps:
         raise SourceError(f"{path!r} has no JSON object lines: expected rows like the examples' --metrics file.")
     rec.header["step_key"] = step_key or "line"
@@ -183,12 +199,19 @@ def _load_log(path: str, pattern: str, wanted: list[str] | None) -> Run:
     run = Run(path, "log", {0: rec})
     count = 0
     with open(path, encoding="utf-8", errors="replace") as fh:
-        for line in fh:
+        for number, line in enumerate(fh, 1):
             found = regex.search(line)
             if not found:
                 continue
             count += 1
-            step = int(found.group("step")) if "step" in regex.groupindex and found.group("step") else count
+            step = count
+            if "step" in regex.groupindex and found.group("step"):
+                try:
+                    step = int(found.group("step"))
+                except ValueError:
+                    raise SourceError(f"{path}:{number}: the step {printable(repr(found.group('step')), 80)} matched "
+                                      "by --pattern is not an integer; make (?P<step>...) match digits only, "
+                                      "e.g. (?P<step>\\d+).") from None
             values = {}
             for name in names or ["value"]:
                 text = found.group(name) if names else found.group(1)
@@ -198,7 +221,8 @@ def _load_log(path: str, pattern: str, wanted: list[str] | None) -> Run:
                     values[name] = float(text)
                 except ValueError:
                     values[name] = math.nan
-                    run.notes.append(f"{path}: {name} {text!r} of step {step} is not a number; counted as NaN")
+                    run.notes.append(f"{path}: {name} {printable(repr(text), 80)} of step {step} is not a number; "
+                                     "counted as NaN")
             rec.steps[step] = values
     if not rec.steps:
         raise SourceError(f"--pattern {pattern!r} matched no line of {path!r}.")

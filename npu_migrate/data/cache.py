@@ -24,7 +24,14 @@ The files of one object ``NAME`` in the cache directory (the protocol, written d
   the replace and this record means a download, never a wrong file.
 
 Verification: the size always; the MD5 of the bytes against the ETag when the ETag is an MD5
-(single-part uploads on S3 and OSS); multipart ETags (``...-N``) are checked by size only.
+(single-part uploads on S3 and OSS); multipart ETags (``...-N``) are checked by size only while
+downloading. In a shared cache (see :mod:`npu_migrate.data.verify`) a cached file is served only
+after its bytes were hashed against the listing's ETag; a file that fails is downloaded again.
+
+The cache stays inside itself (see :mod:`npu_migrate.data.keys`): a URL whose prefix has ``..``,
+``.``, ``//`` or ``\\`` is refused, an object whose key would not be a plain relative path is skipped
+with one warning naming it, and every destination's directory must resolve (symlinks followed)
+inside the cache directory before anything is written. Files are never written through a symlink.
 """
 
 from __future__ import annotations
@@ -34,12 +41,16 @@ import hashlib
 import json
 import logging
 import os
+import re
 import socket
+import stat
 from pathlib import Path
 from typing import Callable, Sequence
 
-from npu_migrate.data import storage
+from npu_migrate import fileio
+from npu_migrate.data import keys, storage, verify
 from npu_migrate.errors import StorageError
+from npu_migrate.textsafe import printable
 
 logger = logging.getLogger(__name__)
 
@@ -56,9 +67,15 @@ def default_cache_dir() -> Path:
 
 
 def local_dir(url: str, cache_dir: str | os.PathLike | None = None) -> Path:
-    """Where ``fetch`` keeps the copy of the prefix ``url``."""
+    """Where ``fetch`` keeps the copy of the prefix ``url``.
+
+    Raises:
+        StorageError: ``config`` for a bucket or prefix with ``..``, ``.``, ``//`` or ``\\``.
+    """
     parsed = storage.parse_url(url)
     root = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
+    raw_key = re.sub(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/]*/?", "", parsed.url).rstrip("/")  # before parse_url's strip
+    keys.check_prefix(parsed.url, parsed.bucket, raw_key)
     return root.joinpath(parsed.scheme, parsed.bucket, *[p for p in parsed.key.split("/") if p])
 
 
@@ -108,6 +125,7 @@ def fetch(
     if not storage.is_remote(text):
         return Path(storage.parse_url(text).key)
     target = local_dir(text, cache_dir)
+    root = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
     import torch.distributed as dist
 
     if _env_int("WORLD_SIZE", 1) > 1 and not (dist.is_available() and dist.is_initialized()):
@@ -118,7 +136,8 @@ def fetch(
     failure: tuple[str, str] | None = None
     if _env_int("LOCAL_RANK", 0) == 0:
         try:
-            sync(text, target, include=include, chunk_size=chunk_size, progress=progress)
+            keys.check_inside(root, target, text)
+            sync(text, target, include=include, chunk_size=chunk_size, progress=progress, root=root)
         except StorageError as exc:
             failure = (str(exc), exc.kind)
         except Exception as exc:  # noqa: BLE001 - every rank must hear of it, or they would wait forever
@@ -147,18 +166,34 @@ def sync(
     include: Sequence[str] = ("*",),
     chunk_size: int = DEFAULT_CHUNK,
     progress: Callable[[int], None] | None = None,
+    root: Path | None = None,
 ) -> list[Path]:
     """Bring ``target`` up to date with the matching objects under ``url`` (one process).
+
+    Objects whose key is not a plain relative path are skipped with a warning naming each.
+
+    Args:
+        root: the cache directory ``target`` lies in (default: ``target``): where the check of
+            who else can write (a shared cache) stops.
 
     Returns:
         The local files, complete and verified.
     """
-    files = [f for f in storage.list_files(url) if any(fnmatch.fnmatch(f.relpath, p) for p in include)]
+    files = []
+    for item in storage.list_files(url):
+        if not any(fnmatch.fnmatch(item.relpath, p) for p in include):
+            continue
+        reason = keys.unsafe_reason(item.relpath)
+        if reason is not None:
+            logger.warning("%s: skipped the object %s: its name has %s, so it would not be a file inside the "
+                           "cache directory %s", url, printable(repr(item.relpath), 300), reason, target)
+        else:
+            files.append(item)
     if not files:
         raise StorageError(
             f"{url}: no objects matching {', '.join(include)} under this prefix. Upload the data there "
             "in the layout the local directory would have, or fix the prefix.", kind="missing_object", url=url)
-    todo = [f for f in files if not is_cached(target, f)]
+    todo = [f for f in files if not is_cached(target, f, root=root)]
     if not todo:
         logger.info("Using the cached copy of %s in %s (%d file(s))", url, target, len(files))
         return [target / f.relpath for f in files]
@@ -174,7 +209,10 @@ def sync(
         progress = bar.update
     try:
         for item in todo:
-            download(storage.join(url, item.relpath), item, target / item.relpath,
+            dest = keys.destination(target, item.relpath, url)  # checked before any directory is made
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            keys.check_inside(target, dest.parent, url)  # and again, now that it exists
+            download(storage.join(url, item.relpath), item, dest,
                      chunk_size=chunk_size, progress=progress)
     finally:
         if bar is not None:
@@ -192,20 +230,41 @@ def _part(path: Path) -> Path:
 
 def _read_json(path: Path) -> dict:
     try:
-        return json.loads(path.read_text())
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, encoding="utf-8") as fh:
+            value = json.load(fh)
+        return value if isinstance(value, dict) else {}
     except (OSError, ValueError):
         return {}
 
 
-def is_cached(target: Path, item: storage.RemoteFile) -> bool:
-    """True when ``target/item.relpath`` is complete and was verified against this very object."""
-    path = target / item.relpath
+def _write_json(path: Path, value: dict) -> None:
+    fileio.write_atomic(path, json.dumps(value), mode=fileio.default_mode())
+
+
+def is_cached(target: Path, item: storage.RemoteFile, root: Path | None = None) -> bool:
+    """True when ``target/item.relpath`` is complete and was verified against this very object.
+
+    In a shared cache (:func:`verify.is_shared` from ``root``, default ``target``), the bytes are
+    hashed against the ETag too; a file that fails is not cached (and is downloaded again).
+    """
+    if keys.unsafe_reason(item.relpath) is not None:
+        return False
+    path = target.joinpath(*item.relpath.split("/"))
     record = _read_json(_record(path))
     try:
-        size = path.stat().st_size
+        st = path.lstat()
     except OSError:
         return False
-    return record.get("etag") == item.etag and record.get("size") == item.size == size
+    if not stat.S_ISREG(st.st_mode) or not (record.get("etag") == item.etag and record.get("size") == item.size
+                                            == st.st_size):
+        return False
+    if verify.is_shared(root or target, path):
+        if verify.matches_etag(path, item.etag, item.size) is not True:
+            logger.warning("%s in the shared cache does not hold the bytes of the object (ETag %s); downloading "
+                           "it again", path, item.etag)
+            return False
+    return True
 
 
 def download(url: str, item: storage.RemoteFile, dest: Path, *, chunk_size: int = DEFAULT_CHUNK,
@@ -222,8 +281,9 @@ def download(url: str, item: storage.RemoteFile, dest: Path, *, chunk_size: int 
     expected = {"etag": item.etag, "size": item.size}
     digest = hashlib.md5()  # noqa: S324 - S3's ETag of a single-part upload is the MD5
     offset = 0
-    if part.exists() and _read_json(state) == expected and part.stat().st_size <= item.size:
-        with open(part, "rb") as fh:
+    if part.is_file() and not part.is_symlink() and _read_json(state) == expected \
+            and part.stat().st_size <= item.size:
+        with open(os.open(part, os.O_RDONLY | os.O_NOFOLLOW), "rb") as fh:
             for block in iter(lambda: fh.read(2**20), b""):
                 digest.update(block)
                 offset += len(block)
@@ -232,8 +292,8 @@ def download(url: str, item: storage.RemoteFile, dest: Path, *, chunk_size: int 
             progress(offset)
     else:
         part.unlink(missing_ok=True)
-        state.write_text(json.dumps(expected))
-    with open(part, "ab") as fh:
+        _write_json(state, expected)
+    with open(fileio.open_private_append(part, mode=fileio.default_mode()), "ab") as fh:
         try:
             if offset < item.size:
                 for block in storage.stream_from(url, offset, etag=item.etag, block=chunk_size):
@@ -255,7 +315,7 @@ def download(url: str, item: storage.RemoteFile, dest: Path, *, chunk_size: int 
     problem = None
     if offset != item.size:
         problem = f"got {offset} bytes, the object has {item.size}"
-    elif _is_md5(item.etag) and digest.hexdigest() != item.etag:
+    elif verify.is_md5(item.etag) and digest.hexdigest() != item.etag:
         problem = f"the MD5 of the bytes is {digest.hexdigest()}, the ETag says {item.etag}"
     if problem:
         part.unlink(missing_ok=True)
@@ -264,10 +324,7 @@ def download(url: str, item: storage.RemoteFile, dest: Path, *, chunk_size: int 
                            "Run again to download it afresh.", kind="incomplete", url=url)
     _record(dest).unlink(missing_ok=True)
     os.replace(part, dest)
-    _record(dest).write_text(json.dumps(expected))
+    _write_json(_record(dest), expected)
     state.unlink(missing_ok=True)
     return dest
 
-
-def _is_md5(etag: str) -> bool:
-    return len(etag) == 32 and all(c in "0123456789abcdef" for c in etag)

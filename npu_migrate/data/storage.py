@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Iterator, Literal
 from urllib.parse import urlsplit, urlunsplit
 
+from npu_migrate import fileio, redact
 from npu_migrate.errors import StorageError
 
 logger = logging.getLogger(__name__)
@@ -330,7 +331,7 @@ def _scrub(text: str) -> str:
         value = os.environ.get(name)
         if value and len(value) >= 4:
             text = text.replace(value, "***")
-    return text
+    return redact.text(text)
 
 
 def _chain(exc: BaseException) -> Iterator[BaseException]:
@@ -559,23 +560,18 @@ def check_bucket(url: str | os.PathLike) -> None:
 def write_bytes_atomic(url: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` to ``url`` so that readers see the old content or the new, never a part.
 
-    Local files: a temporary file in the same directory, fsync, then ``os.replace``. Objects: one
+    Local files: a fresh temporary file in the same directory (``fileio.write_atomic``), fsync,
+    then ``os.replace``; the mode is what umask allows, as for ``open(path, "w")``. Objects: one
     PUT (or a multipart upload, which S3 and OSS only publish when it completes); the previous
     object stays readable until then.
     """
     parsed = parse_url(url)
     if not parsed.is_remote:
         path = Path(parsed.key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         try:
-            with open(tmp, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fileio.write_atomic(path, data, mode=fileio.default_mode())  # never through a planted symlink
         except OSError as exc:
-            tmp.unlink(missing_ok=True)
             raise translate(exc, parsed) from None
         return
     if not parsed.key:

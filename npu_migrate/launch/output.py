@@ -60,6 +60,7 @@ from dataclasses import dataclass
 from string import Template
 from typing import Any
 
+from npu_migrate import fileio
 from npu_migrate.launch.errors import LaunchUsageError, say
 
 logger = logging.getLogger(__name__)
@@ -298,8 +299,7 @@ class Relay:
             shown = to_console and (settings.ranks_filter is None or local in settings.ranks_filter)
             file = None
             if cfg.log_dir:
-                file = os.open(log_path(cfg.log_dir, rank, self.attempt),
-                               os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                file = fileio.open_private_append(log_path(cfg.log_dir, rank, self.attempt))  # 0600, no symlink
                 self._files.append(file)
             for path, console in zip(fifo_paths(self.run_dir, local), (1, 2)):
                 if os.path.exists(path):

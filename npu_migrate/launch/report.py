@@ -26,6 +26,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from npu_migrate import fileio, redact
+
 VERSION = 1
 
 
@@ -88,11 +90,8 @@ def write(report: dict[str, Any], targets: list[str]) -> list[str]:
     failed = []
     for path in targets:
         try:
-            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-            tmp = f"{path}.tmp{os.getpid()}"
-            with open(tmp, "w", encoding="utf-8") as fh:
-                json.dump(report, fh, indent=1)
-            os.replace(tmp, path)
-        except OSError as exc:
-            failed.append(f"{path} ({exc.strerror or exc})")
+            # secrets redacted; whole, never through a planted symlink, private (npu_migrate.fileio)
+            fileio.write_private_atomic(path, json.dumps(redact.value(report), indent=1))
+        except (OSError, ValueError) as exc:  # ValueError: NPU_MIGRATE_FILE_MODE is not a mode
+            failed.append(f"{path} ({getattr(exc, 'strerror', None) or exc})")
     return failed

@@ -117,7 +117,9 @@ def _quiet_torch_elastic(log_file: str | None) -> None:
     if not any(isinstance(h, logging.NullHandler) for h in elastic.handlers):
         elastic.addHandler(logging.NullHandler())
     if log_file:
-        handler = logging.FileHandler(log_file)
+        from npu_migrate import fileio  # private (0600), never through a planted symlink
+
+        handler = logging.StreamHandler(os.fdopen(fileio.open_private_append(log_file), "a", encoding="utf-8"))
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         for name in ("torch.distributed.elastic", "npu_migrate.launch"):
             lg = logging.getLogger(name)

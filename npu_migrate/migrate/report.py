@@ -9,7 +9,8 @@ Usage::
 
 Each process keeps counts in memory and, when a report directory is set
 (``NPU_MIGRATE_REPORT_DIR``), writes ``migrate-<host>-<pid>.json`` there when it ends. The
-launcher and ``npu-migrate run`` merge those files into one markdown or JSON report.
+launcher and ``npu-migrate run`` merge those files into one markdown or JSON report. Both are
+redacted (:mod:`npu_migrate.redact`) and written privately (:mod:`npu_migrate.fileio`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import socket
 import sys
 from typing import Any
 
+from npu_migrate import fileio, redact
 from npu_migrate.migrate.environment import ENV_REPORT_DIR
 
 KINDS = ("redirected", "noop", "unmapped")
@@ -64,12 +66,9 @@ class Report:
         if not directory or not self.entries:
             return None
         path = os.path.join(directory, f"migrate-{socket.gethostname()}-{os.getpid()}.json")
-        tmp = path + ".tmp"
         try:
-            with open(tmp, "w", encoding="utf-8") as fh:
-                json.dump(self.as_dict(), fh)
-            os.replace(tmp, path)
-        except OSError:
+            fileio.write_private_atomic(path, json.dumps(redact.value(self.as_dict())))
+        except (OSError, ValueError):
             return None
         return path
 
@@ -133,7 +132,11 @@ def to_markdown(report: dict[str, Any]) -> str:
 
 
 def write(report: dict[str, Any], path: str) -> None:
-    """Write a merged report as JSON (``.json``) or markdown (anything else)."""
+    """Write a merged report as JSON (``.json``) or markdown (anything else), secrets redacted.
+
+    Written whole through a temporary file and a rename, private to the user
+    (:func:`npu_migrate.fileio.write_private_atomic`).
+    """
+    report = redact.value(report)
     text = json.dumps(report, indent=2) if path.endswith(".json") else to_markdown(report)
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write(text + "\n")
+    fileio.write_private_atomic(path, text + "\n")

@@ -216,11 +216,10 @@ def port_paths(files: Sequence[tuple[Path, str, str]], style: str, select: Seque
 
 
 def _write_atomic(path: Path, data: bytes, like: Optional[Path] = None) -> None:
-    tmp = path.with_name(f".{path.name}.npu-migrate.tmp")
-    tmp.write_bytes(data)
-    if like is not None:
-        shutil.copymode(like, tmp)
-    os.replace(tmp, path)
+    from npu_migrate import fileio  # a fresh temporary file, never a planted symlink
+
+    mode = (os.stat(like).st_mode & 0o7777) if like is not None else fileio.default_mode()
+    fileio.write_atomic(path, data, mode=mode)
 
 
 def _write_out(files: Sequence[tuple[Path, str, str]], results: Sequence[FileResult], out: Path) -> None:
@@ -266,10 +265,12 @@ def _finding_lines(results: Sequence[FileResult]) -> list[str]:
 
 
 def _write_reports(args: argparse.Namespace, results: Sequence[FileResult]) -> None:
+    from npu_migrate import fileio
+
     if args.report:
-        Path(args.report).write_text(to_markdown(results, args.style), encoding="utf-8")
+        fileio.write_private_atomic(args.report, to_markdown(results, args.style))
     if args.json:
-        Path(args.json).write_text(json.dumps(to_json(results, args.style), indent=2) + "\n", encoding="utf-8")
+        fileio.write_private_atomic(args.json, json.dumps(to_json(results, args.style), indent=2) + "\n")
 
 
 def run(args: argparse.Namespace) -> int:
