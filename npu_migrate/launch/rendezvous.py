@@ -22,7 +22,8 @@ is accepted when the ranks are exactly ``0..nnodes-1``.
 ===================== ====================================================================
 ``npu_migrate/job``   the job token, set by node 0; a launcher with another token is refused
                       and touches nothing else (another job or a stale launcher).
-``shape``             ``{"nnodes", "device_num", "max_restarts"}``, first writer wins; a node
+``shape``             ``{"nnodes", "device_num", "max_restarts", "hccl"}`` (``hccl``: the HCCL
+                      variables every node must share, :mod:`.hccl`), first writer wins; a node
                       with other values aborts the job, so every node says why.
 ``claim/<K>``         ``{"owner", "host", "pid"}`` of the launcher holding node rank K. Taken
                       over when its owner is marked lost or its heartbeat stands still for
@@ -290,13 +291,22 @@ class Rendezvous:
 
     def _check_shape(self) -> None:
         cfg = self.cfg
-        mine = {"nnodes": cfg.nnodes, "device_num": cfg.nproc, "max_restarts": cfg.max_restarts}
+        mine: dict[str, Any] = {"nnodes": cfg.nnodes, "device_num": cfg.nproc, "max_restarts": cfg.max_restarts,
+                                "hccl": dict(cfg.agreed)}  # HCCL variables every node must share (.hccl)
         agreed = json.loads(self.store.compare_set(self._key("shape"), "", json.dumps(mine, sort_keys=True)).decode())
         if agreed != mine:
-            diff = " ".join(f"--{k.replace('_', '-')} {mine[k]}" for k in mine if mine[k] != agreed[k])
-            theirs = " ".join(f"--{k.replace('_', '-')} {agreed[k]}" for k in mine if mine[k] != agreed[k])
-            message = (f"node {cfg.node_rank} ({self.host}) has {diff} but the job has {theirs}: "
-                       "use the same --nnodes, --device-num and --max-restarts on every node.")
+            flags = [k for k in mine if k != "hccl" and mine[k] != agreed.get(k)]
+            if flags:
+                diff = " ".join(f"--{k.replace('_', '-')} {mine[k]}" for k in flags)
+                theirs = " ".join(f"--{k.replace('_', '-')} {agreed.get(k)}" for k in flags)
+                fix = "use the same --nnodes, --device-num and --max-restarts on every node."
+            else:
+                job = agreed.get("hccl") or {}
+                names = [k for k in sorted(set(mine["hccl"]) | set(job)) if mine["hccl"].get(k, "") != job.get(k, "")]
+                diff = " ".join(f"{k}={mine['hccl'].get(k) or '(unset)'}" for k in names)
+                theirs = " ".join(f"{k}={job.get(k) or '(unset)'}" for k in names)
+                fix = "HCCL needs the same value on every node; set it alike everywhere (or nowhere)."
+            message = f"node {cfg.node_rank} ({self.host}) has {diff} but the job has {theirs}: {fix}"
             self.abort(message)
             raise LaunchError(message)
 
