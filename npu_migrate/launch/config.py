@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from npu_migrate.launch import cluster, hccl, ranktable, schedulers
-from npu_migrate.launch.errors import LaunchError, LaunchUsageError, say
+from npu_migrate.launch.errors import LaunchError, LaunchUsageError
 from npu_migrate.launch.output import OutputSettings
 from npu_migrate.launch.watchdog import effective_timeout
 
@@ -195,14 +195,6 @@ def _free_port(avoid: hccl.PortRange) -> int:
     raise LaunchError(f"the OS offered only ports inside HCCL's range {avoid.describe()}: pass --port.")
 
 
-def _given_as(key: str, flag: Any, found: schedulers.Detected) -> str:
-    """How a setting was given, for messages: ``--nnodes 3`` or ``the MindCluster AscendJob's 3``."""
-    names = {"nnodes": "--nnodes", "node_rank": "--node-rank", "nproc": "--device-num", "addr": "--addr", "port": "--port"}
-    if flag is not None:
-        return f"{names[key]} {flag}"
-    return f"{found.scheduler.value}'s {found.values[key]}"
-
-
 def _plain_settings(
     nproc: int | None,
     nnodes: int | None,
@@ -231,7 +223,7 @@ def _plain_settings(
     ranks: tuple[int, ...] = ()
     addr_is_service = found.addr_is_service and given["addr"] is None
     if found.rank_table:
-        table, server = _wait_for_rank_table(found, values, given, rank_table_timeout, environ)
+        table, server = ranktable.settle(found, values, given, rank_table_timeout, environ)
         values.update(nnodes=len(table.servers), node_rank=server.index, nproc=len(server.devices))
         ranks = server.ranks
         if given["addr"] is None and table.servers[0].address():
@@ -272,7 +264,7 @@ def _plain_settings(
         port_from = "picked" if nnodes == 1 else f"--port {DEFAULT_PORT} (the default for several nodes)"
     else:
         port = int(values["port"])
-        port_from = _given_as("port", given["port"], found)
+        port_from = schedulers.given_as("port", given["port"], found)
         last = 65535 - (CONTROL_PORT_OFFSET if nnodes > 1 else 0)
         if not 1 <= port <= last:
             raise LaunchUsageError(f"--port {port} is outside 1-{last}: pick a free TCP port.")
@@ -287,45 +279,6 @@ def _plain_settings(
                 )
     return {"nnodes": nnodes, "node_rank": node_rank, "addr": addr, "port": port, "sources": sources,
             "nproc": nproc, "ranks": ranks, "found": found, "hccl_ports": avoid, "port_from": port_from}
-
-
-def _wait_for_rank_table(found: schedulers.Detected, values: dict[str, Any], given: dict[str, Any],
-                         timeout: float | None, environ: dict[str, str]) -> tuple[Any, Any]:
-    """Wait for the rank table, find this server, and check it against what the job says."""
-    path = str(found.rank_table)
-    if timeout is None:
-        text = environ.get(ranktable.TIMEOUT_ENV, "").strip()
-        try:
-            timeout = float(text) if text else ranktable.DEFAULT_TIMEOUT
-        except ValueError:
-            raise LaunchUsageError(f"{ranktable.TIMEOUT_ENV}={text!r} is not a number: expected seconds.") from None
-    if timeout <= 0:
-        raise LaunchUsageError(f"--rank-table-timeout {timeout:g} is not positive: expected seconds to wait.")
-    try:
-        table = ranktable.wait_for_table(path, timeout, lambda status: say(
-            f"waiting up to {timeout:g} s for the rank table {path} (now {status!r}) to be completed"))
-        server = table.this_server(values["node_rank"])
-    except ranktable.RankTableError as exc:
-        raise LaunchError(str(exc)) from None
-    counts = sorted({len(s.devices) for s in table.servers})
-    if len(counts) > 1:
-        raise LaunchUsageError(f"the rank table {path} gives servers {counts[0]} to {counts[-1]} devices: the "
-                               "launcher runs the same number of processes on every node.")
-    where = f"the rank table {path}"
-    if values["nnodes"] is not None and int(values["nnodes"]) != len(table.servers):
-        raise LaunchUsageError(f"{_given_as('nnodes', given['nnodes'], found)} node(s), but {where} lists "
-                               f"{len(table.servers)} server(s): use the same job on both sides.")
-    if values["nproc"] is not None and int(values["nproc"]) != len(server.devices):
-        raise LaunchUsageError(f"{_given_as('nproc', given['nproc'], found)} process(es) on this node, but {where} "
-                               f"lists {len(server.devices)} device(s) for this server ({server.name()}): drop "
-                               "--device-num or make it match.")
-    visible = environ.get("ASCEND_VISIBLE_DEVICES", "")
-    ids = schedulers.visible_ids(visible)
-    if ids and all(i.isdigit() for i in ids) and sorted(int(i) for i in ids) != sorted(server.device_ids):
-        raise LaunchUsageError(f"ASCEND_VISIBLE_DEVICES={visible} but {where} gives this server "
-                               f"({server.name()}) devices {','.join(map(str, server.device_ids))}: the pod "
-                               "holds other NPUs than the table says; check the job's device plugin.")
-    return table, server
 
 
 def default_job_id(addr: str, port: int, identity: str, environ: dict[str, str]) -> str:
@@ -426,7 +379,8 @@ def make_config(
     if nproc is None:
         nproc = count
     if spec.name == "npu":
-        _check_hccl_ports(plain["port"], port_from, plain["nnodes"], hccl_ports)
+        control = plain["port"] + CONTROL_PORT_OFFSET if plain["nnodes"] > 1 else None
+        hccl.check_launcher_ports(plain["port"], control, port_from, hccl_ports)
     if not spec.is_accelerator and nproc > CPU_PROCESSES_PER_CORE * cluster.node_cores():
         limit = CPU_PROCESSES_PER_CORE * cluster.node_cores()
         raise LaunchUsageError(
@@ -462,17 +416,6 @@ def make_config(
         agreed=tuple(sorted(hccl.agreed_values(environ).items())), rank_table=found.rank_table, **plain,
     )
 
-
-def _check_hccl_ports(port: int, port_from: str, nnodes: int, ports: hccl.PortRange) -> None:
-    """Refuse a master or control port inside HCCL's host range (npu family; see :mod:`.hccl`)."""
-    mine = [port] + ([port + CONTROL_PORT_OFFSET] if nnodes > 1 else [])
-    inside = [p for p in mine if p in ports]
-    if not inside:
-        return
-    what = "the control port (--port + 1)" if inside[0] != port else "the master port"
-    raise LaunchUsageError(
-        f"{what} {inside[0]} ({port_from}) is inside HCCL's host port range {ports.describe()}: HCCL listens "
-        f"there on every NPU host. Pick a --port outside it, or move HCCL's range with {ports.variable}.")
 
 
 def world_table(cfg: LaunchConfig, target: Target) -> str:

@@ -33,6 +33,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from npu_migrate.launch.errors import LaunchUsageError
+
 DEFAULT_BASE_PORT = 60000
 """HCCL's first host port when ``HCCL_IF_BASE_PORT`` is unset."""
 
@@ -136,3 +138,19 @@ def host_ports(environ: dict[str, str]) -> PortRange:
 def agreed_values(environ: dict[str, str]) -> dict[str, str]:
     """This node's value of every :data:`AGREED_VARS` variable ("" where unset)."""
     return {name: environ.get(name, "") for name in AGREED_VARS}
+
+
+def check_launcher_ports(port: int, control: int | None, port_from: str, ports: PortRange) -> None:
+    """Refuse a master or control port inside HCCL's host range (the npu family; see the module docstring).
+
+    Raises:
+        LaunchUsageError: one line naming the port, where it came from, the range and its variable.
+    """
+    mine = [port] + ([control] if control is not None else [])
+    inside = [p for p in mine if p in ports]
+    if not inside:
+        return
+    what = "the control port (--port + 1)" if inside[0] != port else "the master port"
+    raise LaunchUsageError(
+        f"{what} {inside[0]} ({port_from}) is inside HCCL's host port range {ports.describe()}: HCCL listens "
+        f"there on every NPU host. Pick a --port outside it, or move HCCL's range with {ports.variable}.")

@@ -3,6 +3,7 @@
 Usage::
 
     table = wait_for_table("/user/serverid/devindex/config/hccl.json", timeout=300.0)
+    table, server = settle(detected, values, flags, timeout, os.environ)   # what the launcher calls
     me = table.this_server(node_rank=None)         # by this host's addresses or pod name
     me.ranks                                       # (8, 9, 10, 11): global rank of local rank 0, 1, ...
     table.world_size, len(table.servers)
@@ -60,7 +61,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Callable
 
-from npu_migrate.launch import cluster
+from npu_migrate.launch import cluster, schedulers
+from npu_migrate.launch.errors import LaunchError, LaunchUsageError, say
 
 DEFAULT_TIMEOUT = 600.0
 """Seconds to wait for ``completed``: the operator writes the table only after every pod of the job
@@ -333,3 +335,56 @@ def wait_for_table(path: str, timeout: float, on_wait: Callable[[str], None] | N
             watch.wait(left)
     finally:
         watch.close()
+
+
+def settle(found: schedulers.Detected, values: dict[str, Any], given: dict[str, Any],
+           timeout: float | None, environ: dict[str, str]) -> tuple[RankTable, Server]:
+    """Wait for the rank table, find this server, and check it against what the job says.
+
+    Args:
+        found: what the scheduler's environment says (``found.rank_table`` is the path).
+        values: the settings so far (flags over the scheduler's), read for the cross-checks.
+        given: the flags alone, to name them in messages.
+        timeout: seconds to wait (None: :data:`TIMEOUT_ENV`, else :data:`DEFAULT_TIMEOUT`).
+
+    Returns:
+        The table and this host's server in it.
+
+    Raises:
+        LaunchUsageError: a table that disagrees with the flags, the scheduler or the visible NPUs.
+        LaunchError: no complete table in time, or one that cannot be used.
+    """
+    path = str(found.rank_table)
+    if timeout is None:
+        text = environ.get(TIMEOUT_ENV, "").strip()
+        try:
+            timeout = float(text) if text else DEFAULT_TIMEOUT
+        except ValueError:
+            raise LaunchUsageError(f"{TIMEOUT_ENV}={text!r} is not a number: expected seconds.") from None
+    if timeout <= 0:
+        raise LaunchUsageError(f"--rank-table-timeout {timeout:g} is not positive: expected seconds to wait.")
+    try:
+        table = wait_for_table(path, timeout, lambda status: say(
+            f"waiting up to {timeout:g} s for the rank table {path} (now {status!r}) to be completed"))
+        server = table.this_server(values["node_rank"])
+    except RankTableError as exc:
+        raise LaunchError(str(exc)) from None
+    counts = sorted({len(s.devices) for s in table.servers})
+    if len(counts) > 1:
+        raise LaunchUsageError(f"the rank table {path} gives servers {counts[0]} to {counts[-1]} devices: the "
+                               "launcher runs the same number of processes on every node.")
+    where = f"the rank table {path}"
+    if values["nnodes"] is not None and int(values["nnodes"]) != len(table.servers):
+        raise LaunchUsageError(f"{schedulers.given_as('nnodes', given['nnodes'], found)} node(s), but {where} lists "
+                               f"{len(table.servers)} server(s): use the same job on both sides.")
+    if values["nproc"] is not None and int(values["nproc"]) != len(server.devices):
+        raise LaunchUsageError(f"{schedulers.given_as('nproc', given['nproc'], found)} process(es) on this node, but {where} "
+                               f"lists {len(server.devices)} device(s) for this server ({server.name()}): drop "
+                               "--device-num or make it match.")
+    visible = environ.get("ASCEND_VISIBLE_DEVICES", "")
+    ids = schedulers.visible_ids(visible)
+    if ids and all(i.isdigit() for i in ids) and sorted(int(i) for i in ids) != sorted(server.device_ids):
+        raise LaunchUsageError(f"ASCEND_VISIBLE_DEVICES={visible} but {where} gives this server "
+                               f"({server.name()}) devices {','.join(map(str, server.device_ids))}: the pod "
+                               "holds other NPUs than the table says; check the job's device plugin.")
+    return table, server

@@ -323,6 +323,14 @@ def job_id_from_env(environ: dict[str, str]) -> str | None:
     return environ.get("TORCHELASTIC_RUN_ID") or None
 
 
+def given_as(key: str, flag: Any, found: Detected) -> str:
+    """How a setting was given, for messages: ``--nnodes 3`` or ``the MindCluster AscendJob's 3``."""
+    names = {"nnodes": "--nnodes", "node_rank": "--node-rank", "nproc": "--device-num", "addr": "--addr", "port": "--port"}
+    if flag is not None:
+        return f"{names[key]} {flag}"
+    return f"{found.scheduler.value}'s {found.values[key]}"
+
+
 def describe(found: Detected) -> str:
     """``--print-env``: the scheduler, every variable read with its value, and what it gave."""
     lines = [f"scheduler: {found.scheduler.value}"]
