@@ -31,6 +31,7 @@ a difference is a mistake in the job's set-up even where HCCL does not read them
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from npu_migrate.launch.errors import LaunchUsageError
@@ -43,6 +44,8 @@ PORTS_PER_BASE = 16
 
 BASE_PORT_LIMITS = (1024, 65520)
 """The values ``HCCL_IF_BASE_PORT`` accepts (65520 + 15 is the last port)."""
+
+_SPAN = re.compile(r"(\d+)(?:\s*-\s*(\d+))?")
 
 BASE_PORT_ENV = "HCCL_IF_BASE_PORT"
 HOST_RANGE_ENV = "HCCL_HOST_SOCKET_PORT_RANGE"
@@ -98,12 +101,11 @@ def parse_port_list(name: str, text: str) -> tuple[tuple[int, int], ...]:
         return ()
     spans: list[tuple[int, int]] = []
     for part in text.split(","):
-        lo_text, _, hi_text = part.strip().partition("-")
-        hi_text = hi_text or lo_text
-        if not (lo_text.strip().isdigit() and hi_text.strip().isdigit()):
+        match = _SPAN.fullmatch(part.strip())
+        if match is None:
             raise ValueError(f"{name}={text!r} is not a port list: expected ports and ranges separated by "
                              "commas, e.g. 60000-60050 or 60000,60050-60100, or auto.")
-        lo, hi = int(lo_text), int(hi_text)
+        lo, hi = int(match.group(1)), int(match.group(2) or match.group(1))
         if not 1 <= lo <= hi <= 65535:
             raise ValueError(f"{name}={text!r} has the range {lo}-{hi}: expected ports from 1 to 65535, "
                              "the lower one first.")
