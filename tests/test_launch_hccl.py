@@ -13,7 +13,7 @@ from launch_support import HANG_GUARD_S, JOB, Launch, one_line_errors
 from test_launch_signals import two_free_ports
 
 from npu_migrate.launch import hccl
-from npu_migrate.launch.config import _free_port
+from npu_migrate.launch.config import pick_free_port
 from npu_migrate.launch.errors import LaunchError
 
 
@@ -38,10 +38,10 @@ def test_unreadable_hccl_port_settings_are_refused(env: dict, message: str) -> N
 
 def test_ports_the_launcher_picks_are_never_in_hccls_range() -> None:
     nothing = hccl.PortRange((), "HCCL_HOST_SOCKET_PORT_RANGE", "auto")
-    assert 1 <= _free_port(nothing) <= 65535
+    assert 1 <= pick_free_port(nothing) <= 65535
     everything = hccl.PortRange(((1, 65535),), "HCCL_HOST_SOCKET_PORT_RANGE", "HCCL_HOST_SOCKET_PORT_RANGE=1-65535")
     with pytest.raises(LaunchError, match="the OS offered only ports inside HCCL's range 1-65535"):
-        _free_port(everything)
+        pick_free_port(everything)
 
 
 def dry_run(*args: str, npu: bool = True, **env: str) -> subprocess.CompletedProcess:

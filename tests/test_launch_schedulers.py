@@ -206,6 +206,10 @@ def test_dry_run_inside_an_ascendjob_gives_this_pods_global_ranks() -> None:
     assert "world: 2 node(s) x 4 process(es) = 8 rank(s)" in result.stdout
     assert "settings from MindCluster AscendJob: nnodes, node_rank, device_num, addr, port" in result.stdout
     assert [line.split()[2] for line in result.stdout.splitlines() if line.startswith("   1 ")] == ["4", "5", "6", "7"]
+    # Node 0 of an AscendJob meets the others at its Service's address, which is not one of its own.
+    result = launch("--dry-run", str(JOB), **{**ASCEND_POD, "RANK": "0", "MASTER_ADDR": "192.0.2.77"})
+    assert result.returncode == 0, result.stderr
+    assert "master 192.0.2.77:2222" in result.stdout
 
 
 def test_a_cpu_device_num_far_beyond_the_cores_is_refused_in_one_line() -> None:

@@ -184,7 +184,7 @@ def _port_is_free(port: int) -> bool:
     return True
 
 
-def _free_port(avoid: hccl.PortRange) -> int:
+def pick_free_port(avoid: hccl.PortRange) -> int:
     """A port the OS calls free, outside HCCL's host range (the OS may hand out 60000-60015)."""
     for _ in range(_FREE_PORT_TRIES):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -260,7 +260,7 @@ def _plain_settings(
         )
     port_from = "picked"
     if values["port"] is None:
-        port = _free_port(avoid) if nnodes == 1 else DEFAULT_PORT
+        port = pick_free_port(avoid) if nnodes == 1 else DEFAULT_PORT
         port_from = "picked" if nnodes == 1 else f"--port {DEFAULT_PORT} (the default for several nodes)"
     else:
         port = int(values["port"])

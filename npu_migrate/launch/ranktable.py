@@ -63,6 +63,7 @@ from typing import Any, Callable
 
 from npu_migrate.launch import cluster, schedulers
 from npu_migrate.launch.errors import LaunchError, LaunchUsageError, say
+from npu_migrate.textsafe import printable
 
 DEFAULT_TIMEOUT = 600.0
 """Seconds to wait for ``completed``: the operator writes the table only after every pod of the job
@@ -113,8 +114,9 @@ class Server:
         return tuple(device for device, _ in self.devices)
 
     def name(self) -> str:
+        """How messages name it (file text, made printable)."""
         values = dict(self.names)
-        return values.get("server_id") or values.get("pod_name") or f"server {self.index}"
+        return printable(values.get("server_id") or values.get("pod_name") or f"server {self.index}", 100)
 
     def address(self) -> str | None:
         """An IP address other servers can reach it at (container, host, then server id)."""
@@ -178,7 +180,7 @@ def _is_mine(server: Server, host: str) -> bool:
 def _number(path: str, where: str, value: Any) -> int:
     text = str(value).strip()
     if not text.isdigit():
-        raise RankTableError(f"rank table {path}: {where} is {value!r}, not a non-negative integer.")
+        raise RankTableError(f"rank table {path}: {where} is {printable(repr(value), 60)}, not a non-negative integer.")
     return int(text)
 
 
@@ -231,7 +233,8 @@ def _numbered(path: str, raw: list[Any]) -> tuple[Server, ...]:
     filled = []
     for names, devices in raw:
         if not devices:
-            raise RankTableError(f"rank table {path}: server {dict(names).get('server_id', '?')} lists no devices.")
+            raise RankTableError(f"rank table {path}: server {printable(dict(names).get('server_id', '?'), 100)} "
+                                 "lists no devices.")
         pairs = []
         for device, rank in devices:
             pairs.append((device, next_rank if rank is None else rank))
@@ -265,7 +268,7 @@ def read_once(path: str) -> tuple[RankTable | None, str]:
         status = json.loads(text).get("status", "no status")
     except (ValueError, AttributeError):
         status = "being written"
-    return None, str(status)
+    return None, printable(status, 60)
 
 
 class _Watch:

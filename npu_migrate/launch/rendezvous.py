@@ -81,6 +81,7 @@ from npu_migrate.launch.config import CONTROL_PORT_OFFSET, LaunchConfig
 from npu_migrate.launch.errors import LaunchError, first_line
 from npu_migrate.launch.padded_store import PaddedStore
 from npu_migrate.launch.signals import Interrupted, Signals, run_interruptibly
+from npu_migrate.textsafe import printable
 
 logger = logging.getLogger(__name__)
 
@@ -294,17 +295,20 @@ class Rendezvous:
         mine: dict[str, Any] = {"nnodes": cfg.nnodes, "device_num": cfg.nproc, "max_restarts": cfg.max_restarts,
                                 "hccl": dict(cfg.agreed)}  # HCCL variables every node must share (.hccl)
         agreed = json.loads(self.store.compare_set(self._key("shape"), "", json.dumps(mine, sort_keys=True)).decode())
+        agreed = agreed if isinstance(agreed, dict) else {}
         if agreed != mine:
             flags = [k for k in mine if k != "hccl" and mine[k] != agreed.get(k)]
             if flags:
                 diff = " ".join(f"--{k.replace('_', '-')} {mine[k]}" for k in flags)
-                theirs = " ".join(f"--{k.replace('_', '-')} {agreed.get(k)}" for k in flags)
+                theirs = " ".join(f"--{k.replace('_', '-')} {printable(agreed.get(k), 40)}" for k in flags)
                 fix = "use the same --nnodes, --device-num and --max-restarts on every node."
             else:
-                job = agreed.get("hccl") or {}
+                job = agreed.get("hccl") if isinstance(agreed.get("hccl"), dict) else {}
                 names = [k for k in sorted(set(mine["hccl"]) | set(job)) if mine["hccl"].get(k, "") != job.get(k, "")]
-                diff = " ".join(f"{k}={mine['hccl'].get(k) or '(unset)'}" for k in names)
-                theirs = " ".join(f"{k}={job.get(k) or '(unset)'}" for k in names)
+                if not names:  # the same values; only the record's form differs
+                    return
+                diff = " ".join(f"{printable(k, 100)}={printable(mine['hccl'].get(k, ''), 200) or '(unset)'}" for k in names)
+                theirs = " ".join(f"{printable(k, 100)}={printable(job.get(k, ''), 200) or '(unset)'}" for k in names)
                 fix = "HCCL needs the same value on every node; set it alike everywhere (or nowhere)."
             message = f"node {cfg.node_rank} ({self.host}) has {diff} but the job has {theirs}: {fix}"
             self.abort(message)
