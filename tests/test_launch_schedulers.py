@@ -7,6 +7,7 @@ AscendJob and a rank table completed while the launchers wait for it.
 from __future__ import annotations
 
 import json
+import signal
 import socket
 import subprocess
 import sys
@@ -204,7 +205,8 @@ def test_dry_run_inside_an_ascendjob_gives_this_pods_global_ranks() -> None:
     result = launch("--dry-run", str(JOB), **env)
     assert result.returncode == 0, result.stderr
     assert "world: 2 node(s) x 4 process(es) = 8 rank(s)" in result.stdout
-    assert "settings from MindCluster AscendJob: nnodes, node_rank, device_num, addr, port" in result.stdout
+    assert ("settings from MindCluster AscendJob (MINDX_TASK_ID, RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, "
+            "MASTER_ADDR, MASTER_PORT): nnodes, node_rank, device_num, addr, port") in result.stdout
     assert [line.split()[2] for line in result.stdout.splitlines() if line.startswith("   1 ")] == ["4", "5", "6", "7"]
     # Node 0 of an AscendJob meets the others at its Service's address, which is not one of its own.
     result = launch("--dry-run", str(JOB), **{**ASCEND_POD, "RANK": "0", "MASTER_ADDR": "192.0.2.77"})
@@ -257,7 +259,8 @@ def test_a_two_pod_ascendjob_on_loopback_gets_global_ranks_0_to_3(tmp_path: Path
     for pod in pods:
         assert pod.wait() == 0, pod.err
         one_line_errors(pod.err)
-        assert "(settings from MindCluster AscendJob: nnodes, node_rank, device_num, addr, port)" in pod.err
+        assert ("(settings from MindCluster AscendJob (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, "
+                "MASTER_PORT): nnodes, node_rank, device_num, addr, port)") in pod.err
     seen = [(int(r["env"]["RANK"]), int(r["env"]["LOCAL_RANK"]), int(r["env"]["WORLD_SIZE"]), r["env"]["NODE_RANK"])
             for r in reports(tmp_path, 4)]
     assert seen == [(0, 0, 4, "0"), (1, 1, 4, "0"), (2, 0, 4, "1"), (3, 1, 4, "1")]
@@ -283,3 +286,15 @@ def test_launchers_wait_for_the_rank_table_and_take_its_ranks(tmp_path: Path) ->
     by_rank = {int(r["env"]["RANK"]): (r["env"]["NODE_RANK"], int(r["env"]["LOCAL_RANK"])) for r in reports(tmp_path, 4)}
     # Node 1's table entry gives device 0 rank 3 and device 1 rank 2.
     assert by_rank == {0: ("0", 0), 1: ("0", 1), 2: ("1", 1), 3: ("1", 0)}
+
+
+def test_ctrl_c_while_waiting_for_the_rank_table_ends_in_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "hccl.json"
+    path.write_text(json.dumps({"status": "initializing"}))
+    node = Launch(tmp_path, "--device-num", "1", str(JOB), RANK_TABLE_FILE=str(path))
+    wait_for_text(node.stderr, "to be completed")
+    node.proc.send_signal(signal.SIGINT)
+    assert node.wait() == 130
+    one_line_errors(node.err)
+    assert node.err.strip().splitlines()[-1] == (
+        f"npu-migrate launch: error: interrupted while waiting for the rank table {path}.")

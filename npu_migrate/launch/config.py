@@ -216,8 +216,8 @@ def _plain_settings(
     values = {k: (v if v is not None else found.values.get(k)) for k, v in given.items()}
     sources = ", ".join(
         part for part in (
-            "flags" if any(v is not None for v in given.values()) else "",
-            f"{found.scheduler.value}: {', '.join(k.replace('nproc', 'device_num') for k in from_env)}" if from_env else "",
+            "flags" if any(given[k] is not None for k in ("nnodes", "node_rank", "addr", "port")) else "",
+            f"{found.source}: {', '.join(k.replace('nproc', 'device_num') for k in from_env)}" if from_env else "",
         ) if part
     ) or "defaults"
     ranks: tuple[int, ...] = ()

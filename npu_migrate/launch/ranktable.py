@@ -91,6 +91,12 @@ class RankTableError(ValueError):
     """A rank table that cannot be used; the message is one line naming the file."""
 
 
+class WaitInterrupted(LaunchError):
+    """Ctrl-C while waiting for the rank table (exit code 130, as for SIGINT)."""
+
+    exit_code = 130
+
+
 @dataclass(frozen=True)
 class Server:
     """One server (pod) of the table.
@@ -336,6 +342,8 @@ def wait_for_table(path: str, timeout: float, on_wait: Callable[[str], None] | N
                 on_wait(status)
                 told = True
             watch.wait(left)
+    except KeyboardInterrupt:
+        raise WaitInterrupted(f"interrupted while waiting for the rank table {path}.") from None
     finally:
         watch.close()
 

@@ -146,7 +146,6 @@ def _slurm(environ: dict[str, str]) -> Detected | None:
     if not (environ.get("SLURM_JOB_ID") and environ.get("SLURM_NNODES") and environ.get("SLURM_NODEID")):
         return None
     read, get = _reader(environ)
-    get("SLURM_JOB_ID")
     values: dict[str, Any] = {"nnodes": _int(environ, "SLURM_NNODES"), "node_rank": _int(environ, "SLURM_NODEID")}
     read += [("SLURM_NNODES", environ["SLURM_NNODES"]), ("SLURM_NODEID", environ["SLURM_NODEID"])]
     nodelist = get("SLURM_JOB_NODELIST") or get("SLURM_NODELIST")
