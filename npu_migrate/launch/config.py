@@ -258,7 +258,6 @@ def _plain_settings(
             f"--addr {addr} is not an address of this host, but this is node 0, which serves the job "
             f"there: run node rank 0 on the host that has {addr}, or pass one of this host's addresses."
         )
-    port_from = "picked"
     if values["port"] is None:
         port = pick_free_port(avoid) if nnodes == 1 else DEFAULT_PORT
         port_from = "picked" if nnodes == 1 else f"--port {DEFAULT_PORT} (the default for several nodes)"

@@ -389,9 +389,9 @@ def settle(found: schedulers.Detected, values: dict[str, Any], given: dict[str, 
         raise LaunchUsageError(f"{schedulers.given_as('nnodes', given['nnodes'], found)} node(s), but {where} lists "
                                f"{len(table.servers)} server(s): use the same job on both sides.")
     if values["nproc"] is not None and int(values["nproc"]) != len(server.devices):
-        raise LaunchUsageError(f"{schedulers.given_as('nproc', given['nproc'], found)} process(es) on this node, but {where} "
-                               f"lists {len(server.devices)} device(s) for this server ({server.name()}): drop "
-                               "--device-num or make it match.")
+        raise LaunchUsageError(f"{schedulers.given_as('nproc', given['nproc'], found)} process(es) on this node, "
+                               f"but {where} lists {len(server.devices)} device(s) for this server "
+                               f"({server.name()}): drop --device-num or make it match.")
     visible = environ.get("ASCEND_VISIBLE_DEVICES", "")
     ids = schedulers.visible_ids(visible)
     if ids and all(i.isdigit() for i in ids) and sorted(int(i) for i in ids) != sorted(server.device_ids):

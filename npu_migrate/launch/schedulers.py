@@ -273,7 +273,8 @@ def _ray(environ: dict[str, str]) -> Detected | None:
 
 
 def _plain(environ: dict[str, str]) -> Detected | None:
-    if not (environ.get("MASTER_ADDR") and environ.get("NNODES") and (environ.get("NODE_RANK") or environ.get("GROUP_RANK"))):
+    node_rank = environ.get("NODE_RANK") or environ.get("GROUP_RANK")
+    if not (environ.get("MASTER_ADDR") and environ.get("NNODES") and node_rank):
         return None
     read, get = _reader(environ)
     get("NNODES")
@@ -324,7 +325,8 @@ def job_id_from_env(environ: dict[str, str]) -> str | None:
 
 def given_as(key: str, flag: Any, found: Detected) -> str:
     """How a setting was given, for messages: ``--nnodes 3`` or ``the MindCluster AscendJob's 3``."""
-    names = {"nnodes": "--nnodes", "node_rank": "--node-rank", "nproc": "--device-num", "addr": "--addr", "port": "--port"}
+    names = {"nnodes": "--nnodes", "node_rank": "--node-rank", "nproc": "--device-num", "addr": "--addr",
+             "port": "--port"}
     if flag is not None:
         return f"{names[key]} {flag}"
     return f"{found.scheduler.value}'s {found.values[key]}"
