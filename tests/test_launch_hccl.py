@@ -93,3 +93,11 @@ def test_hccl_variables_that_differ_between_nodes_end_the_job_naming_both_values
                 or "has HCCL_CONNECT_TIMEOUT=120 but the job has HCCL_CONNECT_TIMEOUT=600" in node.err), node.err
         assert "HCCL needs the same value on every node; set it alike everywhere (or nowhere)." in node.err
     assert not list(tmp_path.glob("rank*.json"))
+
+
+def test_an_unreadable_hccl_base_port_is_refused_in_one_line() -> None:
+    result = dry_run("--device-num", "1", npu=False, HCCL_IF_BASE_PORT="80")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "npu-migrate launch: error: HCCL_IF_BASE_PORT='80' is not a port HCCL accepts: expected an integer from 1024 "
+        "to 65520. Fix or unset it."]

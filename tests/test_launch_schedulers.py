@@ -298,3 +298,16 @@ def test_ctrl_c_while_waiting_for_the_rank_table_ends_in_one_line(tmp_path: Path
     one_line_errors(node.err)
     assert node.err.strip().splitlines()[-1] == (
         f"npu-migrate launch: error: interrupted while waiting for the rank table {path}.")
+
+
+def test_a_scheduler_environment_that_cannot_be_read_is_refused_unless_flags_say_it_all() -> None:
+    broken = {**ASCEND_POD, "WORLD_SIZE": "6", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29591"}
+    result = launch("--dry-run", str(JOB), **broken)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "npu-migrate launch: error: could not read the cluster environment: WORLD_SIZE=6 is not a multiple of the 4 "
+        "NPUs per pod (LOCAL_WORLD_SIZE): expected the job's NPUs, pods x NPUs per pod. Pass --nnodes, --node-rank "
+        "and --addr."]
+    result = launch("--dry-run", "--nnodes", "2", "--node-rank", "1", "--addr", "127.0.0.1", "--device-num", "1",
+                    str(JOB), **broken)
+    assert result.returncode == 0, result.stderr

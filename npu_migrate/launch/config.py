@@ -208,10 +208,16 @@ def _plain_settings(
     """The checks that need no torch, so bad input is refused before anything heavy starts."""
     given = {"nnodes": nnodes, "node_rank": node_rank, "addr": addr, "port": port, "nproc": nproc}
     try:
-        found = schedulers.detect(environ)
         avoid = hccl.host_ports(environ)
     except ValueError as exc:
-        raise LaunchUsageError(f"could not read the cluster environment: {exc}. Pass --nnodes, --node-rank and --addr.") from None
+        raise LaunchUsageError(f"{exc} Fix or unset it.") from None
+    try:
+        found = schedulers.detect(environ)
+    except ValueError as exc:
+        if nnodes is None or node_rank is None:
+            raise LaunchUsageError(f"could not read the cluster environment: {exc}. Pass --nnodes, --node-rank "
+                                   "and --addr.") from None
+        found = schedulers.Detected(schedulers.Scheduler.NONE, rank_table=environ.get(schedulers.RANK_TABLE_ENV) or None)
     from_env = [k for k in found.values if given.get(k) is None]
     values = {k: (v if v is not None else found.values.get(k)) for k, v in given.items()}
     sources = ", ".join(
