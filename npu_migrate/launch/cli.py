@@ -5,6 +5,7 @@ Usage::
     python -m npu_migrate.launch --device-num 8 train.py --epochs 10
     python -m npu_migrate.launch --device-num 8 --nnodes 2 --node-rank 0 --addr 10.0.0.1 train.py
     python -m npu_migrate.launch --dry-run --device-num 2 train.py     # print the world, start nothing
+    python -m npu_migrate.launch --print-env train.py                  # which scheduler, from which variables
 
 :func:`add_arguments` holds every flag (shared by both entry points; add new flags there),
 :func:`run` validates and starts the job, :func:`main` maps errors to exit codes: 0 ok, 1 the
@@ -33,6 +34,7 @@ from npu_migrate.launch.config import (
     make_config,
     world_table,
 )
+from npu_migrate.launch import hccl, ranktable, schedulers
 from npu_migrate.launch.errors import LaunchUsageError, say
 from npu_migrate.launch.forkserver import start_fork_server, stop_fork_server
 from npu_migrate.launch.output import DEFAULT_TEMPLATE, output_settings
@@ -113,6 +115,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     usercode.add_argument(parser)
     parser.add_argument("--dry-run", action="store_true",
                         help="Print every process's ranks, device, backend and environment; start nothing.")
+    parser.add_argument("--print-env", "--print_env", dest="print_env", action="store_true",
+                        help="Print which scheduler was detected (Slurm, AscendJob, Volcano, Kubeflow, Ray, "
+                             "rank table) from which variables, HCCL's host ports and the HCCL variables every "
+                             "node must share; start nothing and do not wait for a rank table.")
+    parser.add_argument("--rank-table-timeout", "--rank_table_timeout", dest="rank_table_timeout", type=float,
+                        default=None, metavar="SECONDS",
+                        help="How long to wait for RANK_TABLE_FILE's status to become 'completed' (default: "
+                             f"{ranktable.TIMEOUT_ENV}, else {ranktable.DEFAULT_TIMEOUT:g}: the operator writes it once "
+                             "every pod has its NPUs).")
     parser.add_argument("-m", "--module", action="store_true",
                         help="Run SCRIPT as a module, like python -m.")
     from npu_migrate.compare import settings as probe_settings  # --probe DIR and its filters
@@ -139,10 +150,36 @@ def build_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     return parser
 
 
+def print_env(environ: dict[str, str]) -> str:
+    """``--print-env``: the scheduler and the variables it was read from, the rank table, HCCL's ports."""
+    try:
+        found = schedulers.detect(environ)
+        ports = hccl.host_ports(environ)
+    except ValueError as exc:
+        raise LaunchUsageError(f"could not read the cluster environment: {exc}.") from None
+    lines = [schedulers.describe(found)]
+    if found.rank_table:
+        try:
+            table, status = ranktable.read_once(found.rank_table)
+        except ranktable.RankTableError as exc:
+            table, status = None, str(exc)
+        lines.append(f"rank table {found.rank_table}: {status}")
+        if table is not None:
+            lines += [f"  server {s.index} {s.name()}: devices {','.join(map(str, s.device_ids))} -> ranks "
+                      f"{','.join(map(str, s.ranks))}" for s in table.servers]
+    lines.append(f"HCCL host ports: {ports.describe()}; the launcher's ports stay outside them")
+    lines.append("HCCL variables every node must share: "
+                 + ", ".join(f"{k}={v or '(unset)'}" for k, v in hccl.agreed_values(environ).items()))
+    return "\n".join(lines)
+
+
 def run(args: argparse.Namespace) -> int:
     """Validate, then launch (or print the world with --dry-run)."""
     from npu_migrate.launch.supervisor import run_job
 
+    if args.print_env:
+        print(print_env(dict(os.environ)))
+        return 0
     if args.module:
         if importlib.util.find_spec(args.script.split(".")[0]) is None:
             raise LaunchUsageError(f"module {args.script!r} not found: check the name and that it is importable from here.")
@@ -187,7 +224,7 @@ def run(args: argparse.Namespace) -> int:
                           before_device=None if args.dry_run else lambda: methods.append(start_fork_server()),
                           job_id=args.job_id, node_timeout=args.node_timeout, identity=target.identity(),
                           hang_timeout=args.hang_timeout, hang_action=args.hang_action, error_file=args.error_file,
-                          preflight=args.preflight, output=output)
+                          preflight=args.preflight, output=output, rank_table_timeout=args.rank_table_timeout)
     except NpuMigrateError:
         stop_fork_server()
         raise

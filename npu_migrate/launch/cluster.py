@@ -1,8 +1,9 @@
-"""What the host and the cluster say about the job: Slurm and Kubeflow variables, addresses, interfaces, cores.
+"""What the host says about the job: host lists, addresses, interfaces, cores.
+
+Which scheduler started the launcher, and what its variables say, is :mod:`.schedulers`.
 
 Usage::
 
-    values, source = cluster_defaults(os.environ)   # nnodes, node_rank, addr, port, as found
     expand_hostlist("node[01-02]-ib,gpu7")          # ['node01-ib', 'node02-ib', 'gpu7']
     is_local_address("10.0.0.1")                    # is it an address of this host?
     interface_for("10.0.0.1")                       # ('eth0', '10.0.0.2'): the way out to node 0
@@ -21,7 +22,6 @@ import shutil
 import socket
 import struct
 import subprocess
-from typing import Any
 
 SOCKET_IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "HCCL_SOCKET_IFNAME", "HCCL_IF_IP")
 """Variables that choose the network interface of a backend; one set by the user wins over ours."""
@@ -92,45 +92,6 @@ def expand_hostlist(nodelist: str, use_scontrol: bool = True) -> list[str]:
     if not hosts:
         raise ValueError(f"empty host list {nodelist!r}")
     return hosts
-
-
-def cluster_defaults(environ: dict[str, str]) -> tuple[dict[str, Any], str]:
-    """nnodes, node rank, address and port from Slurm or a Kubeflow/torchrun-style environment."""
-    if environ.get("SLURM_JOB_ID") and environ.get("SLURM_NNODES") and environ.get("SLURM_NODEID"):
-        nodelist = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST") or ""
-        values: dict[str, Any] = {"nnodes": int(environ["SLURM_NNODES"]), "node_rank": int(environ["SLURM_NODEID"])}
-        if nodelist:
-            values["addr"] = expand_hostlist(nodelist)[0]
-        return values, "Slurm (SLURM_NNODES, SLURM_NODEID, SLURM_JOB_NODELIST)"
-    if environ.get("PET_NNODES") or environ.get("PET_NODE_RANK") or environ.get("PET_MASTER_ADDR"):
-        values = {}
-        if environ.get("PET_NNODES"):
-            values["nnodes"] = int(environ["PET_NNODES"].split(":")[-1])
-        if environ.get("PET_NODE_RANK"):
-            values["node_rank"] = int(environ["PET_NODE_RANK"])
-        if environ.get("PET_MASTER_ADDR"):
-            values["addr"] = environ["PET_MASTER_ADDR"]
-        if environ.get("PET_MASTER_PORT"):
-            values["port"] = int(environ["PET_MASTER_PORT"])
-        return values, "Kubeflow/torchrun environment (PET_*)"
-    if environ.get("MASTER_ADDR") and environ.get("NNODES") and (environ.get("NODE_RANK") or environ.get("GROUP_RANK")):
-        values = {
-            "nnodes": int(environ["NNODES"]),
-            "node_rank": int(environ.get("NODE_RANK") or environ["GROUP_RANK"]),
-            "addr": environ["MASTER_ADDR"],
-        }
-        if environ.get("MASTER_PORT"):
-            values["port"] = int(environ["MASTER_PORT"])
-        return values, "environment (NNODES, NODE_RANK, MASTER_ADDR, MASTER_PORT)"
-    return {}, "defaults"
-
-
-def job_id_from_env(environ: dict[str, str]) -> str | None:
-    """The scheduler's id of this job, the same on every node (Slurm, torchelastic)."""
-    if environ.get("SLURM_JOB_ID"):
-        step = environ.get("SLURM_STEP_ID")
-        return f"slurm-{environ['SLURM_JOB_ID']}" + (f".{step}" if step else "")
-    return environ.get("TORCHELASTIC_RUN_ID") or None
 
 
 def _addresses_of(host: str) -> list[tuple[int, str]]:

@@ -6,9 +6,11 @@ Usage::
     cfg.worker_env(local_rank=1)     # RANK=3 LOCAL_RANK=1 WORLD_SIZE=4 ... OMP_NUM_THREADS ...
     print(world_table(cfg, Target(script="train.py")))   # --dry-run
 
-Settings come from the flags, then Slurm or a Kubeflow/torchrun-style environment
-(:mod:`npu_migrate.launch.cluster`), then single-node defaults. Input that cannot work is refused
-here, in one line, before anything starts.
+Settings come from the flags, then the scheduler's environment (:mod:`.schedulers`: Slurm,
+AscendJob, Volcano, Kubeflow, Ray, plain variables) and an HCCL rank table (:mod:`.ranktable`),
+then single-node defaults. Input that cannot work is refused here, in one line, before anything
+starts: ports inside HCCL's range (:mod:`.hccl`), more CPU processes than
+:data:`CPU_PROCESSES_PER_CORE` allows, a rank table that disagrees with the job.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import socket
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from npu_migrate.launch import cluster
+from npu_migrate.launch import cluster, hccl, ranktable, schedulers
 from npu_migrate.launch.errors import LaunchError, LaunchUsageError
 from npu_migrate.launch.output import OutputSettings
 from npu_migrate.launch.watchdog import effective_timeout
@@ -33,6 +35,15 @@ CONTROL_PORT_OFFSET = 1
 
 DEFAULT_NODE_TIMEOUT = 20.0
 """Seconds without a heartbeat after which a node counts as lost (checked every tenth of it)."""
+
+CPU_PROCESSES_PER_CORE = 16
+"""Most CPU ranks per core: CPU ranks are for tests and debugging, each is a Python process with
+torch loaded (hundreds of MB) and gloo connects every pair of them, so far beyond a few per core the
+node swaps and thrashes instead of running the job (``--device-num 1000000`` would fork until the
+host falls over)."""
+
+_FREE_PORT_TRIES = 64
+"""Draws of an OS-chosen port before giving up on one outside HCCL's range (16 of ~28000 ports)."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +74,11 @@ class LaunchConfig:
         hang_action: ``"end"`` the job on a hang (exit 1), or only ``"report"`` it.
         error_file: where to write the JSON report of every rank's exit (``--error-file``).
         preflight: run a short all-reduce on the backend before the script (:mod:`.preflight`).
+        ranks: the global rank of each local rank, from an HCCL rank table (empty: node rank x
+            processes per node + local rank).
+        scheduler: who started the launcher (:class:`.schedulers.Scheduler` value), for messages.
+        agreed: the HCCL variables every node must share, as this node has them (:mod:`.hccl`).
+        rank_table: the rank table the ranks come from.
     """
 
     nproc: int
@@ -86,13 +102,19 @@ class LaunchConfig:
     error_file: str | None = None
     preflight: bool = False
     output: OutputSettings = OutputSettings()
+    ranks: tuple[int, ...] = ()
+    scheduler: str = "defaults"
+    agreed: tuple[tuple[str, str], ...] = ()
+    rank_table: str | None = None
 
     @property
     def world_size(self) -> int:
         return self.nnodes * self.nproc
 
     def rank(self, local_rank: int) -> int:
-        """Global rank of a local process: node rank x processes per node + local index."""
+        """Global rank of a local process: the rank table's, else node rank x processes per node + local index."""
+        if self.ranks:
+            return self.ranks[local_rank]
         return self.node_rank * self.nproc + local_rank
 
     def device_of(self, local_rank: int) -> str:
@@ -162,10 +184,15 @@ def _port_is_free(port: int) -> bool:
     return True
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("", 0))
-        return int(sock.getsockname()[1])
+def pick_free_port(avoid: hccl.PortRange) -> int:
+    """A port the OS calls free, outside HCCL's host range (the OS may hand out 60000-60015)."""
+    for _ in range(_FREE_PORT_TRIES):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("", 0))
+            port = int(sock.getsockname()[1])
+        if port not in avoid and port + CONTROL_PORT_OFFSET not in avoid:
+            return port
+    raise LaunchError(f"the OS offered only ports inside HCCL's range {avoid.describe()}: pass --port.")
 
 
 def _plain_settings(
@@ -176,24 +203,43 @@ def _plain_settings(
     port: int | None,
     max_restarts: int,
     environ: dict[str, str],
+    rank_table_timeout: float | None = None,
 ) -> dict[str, Any]:
     """The checks that need no torch, so bad input is refused before anything heavy starts."""
-    given = {"nnodes": nnodes, "node_rank": node_rank, "addr": addr, "port": port}
+    given = {"nnodes": nnodes, "node_rank": node_rank, "addr": addr, "port": port, "nproc": nproc}
     try:
-        found, source = cluster.cluster_defaults(environ)
+        avoid = hccl.host_ports(environ)
     except ValueError as exc:
-        raise LaunchUsageError(f"could not read the cluster environment: {exc}. Pass --nnodes, --node-rank and --addr.") from None
-    from_env = [k for k in found if given.get(k) is None]
-    values = {k: (v if v is not None else found.get(k)) for k, v in given.items()}
+        raise LaunchUsageError(f"{exc} Fix or unset it.") from None
+    try:
+        found = schedulers.detect(environ)
+    except ValueError as exc:
+        if nnodes is None or node_rank is None:
+            raise LaunchUsageError(f"could not read the cluster environment: {exc}. Pass --nnodes, --node-rank "
+                                   "and --addr.") from None
+        found = schedulers.Detected(schedulers.Scheduler.NONE, rank_table=environ.get(schedulers.RANK_TABLE_ENV) or None)
+    from_env = [k for k in found.values if given.get(k) is None]
+    values = {k: (v if v is not None else found.values.get(k)) for k, v in given.items()}
     sources = ", ".join(
         part for part in (
-            "flags" if any(v is not None for v in given.values()) else "",
-            f"{source}: {', '.join(from_env)}" if from_env else "",
+            "flags" if any(given[k] is not None for k in ("nnodes", "node_rank", "addr", "port")) else "",
+            f"{found.source}: {', '.join(k.replace('nproc', 'device_num') for k in from_env)}" if from_env else "",
         ) if part
     ) or "defaults"
+    ranks: tuple[int, ...] = ()
+    addr_is_service = found.addr_is_service and given["addr"] is None
+    if found.rank_table:
+        table, server = ranktable.settle(found, values, given, rank_table_timeout, environ)
+        values.update(nnodes=len(table.servers), node_rank=server.index, nproc=len(server.devices))
+        ranks = server.ranks
+        if given["addr"] is None and table.servers[0].address():
+            # Node 0 holds global rank 0, whose store the workers meet at: the table's first server.
+            values["addr"], addr_is_service = table.servers[0].address(), False
+        sources += f"; ranks from rank table {table.path} (version {table.version}, {len(table.servers)} server(s))"
     nnodes = 1 if values["nnodes"] is None else int(values["nnodes"])
     node_rank = 0 if values["node_rank"] is None else int(values["node_rank"])
     addr = "127.0.0.1" if values["addr"] is None else str(values["addr"])
+    nproc = None if values["nproc"] is None else int(values["nproc"])
 
     if nnodes < 1:
         raise LaunchUsageError(f"--nnodes {nnodes} is not positive: expected the number of nodes, 1 or more.")
@@ -213,15 +259,17 @@ def _plain_settings(
             f"--addr {addr!r} does not resolve ({exc.args[-1] if exc.args else exc}). Pass node 0's IP "
             "address or a host name every node can resolve."
         ) from None
-    if nnodes > 1 and node_rank == 0 and not cluster.is_local_address(addr):
+    if nnodes > 1 and node_rank == 0 and not addr_is_service and not cluster.is_local_address(addr):
         raise LaunchUsageError(
             f"--addr {addr} is not an address of this host, but this is node 0, which serves the job "
             f"there: run node rank 0 on the host that has {addr}, or pass one of this host's addresses."
         )
     if values["port"] is None:
-        port = _free_port() if nnodes == 1 else DEFAULT_PORT
+        port = pick_free_port(avoid) if nnodes == 1 else DEFAULT_PORT
+        port_from = "picked" if nnodes == 1 else f"--port {DEFAULT_PORT} (the default for several nodes)"
     else:
         port = int(values["port"])
+        port_from = schedulers.given_as("port", given["port"], found)
         last = 65535 - (CONTROL_PORT_OFFSET if nnodes > 1 else 0)
         if not 1 <= port <= last:
             raise LaunchUsageError(f"--port {port} is outside 1-{last}: pick a free TCP port.")
@@ -234,12 +282,13 @@ def _plain_settings(
                     + (" or leave it out to get a free one." if nnodes == 1 else
                        f" (the same on every node; the launcher also uses --port + {CONTROL_PORT_OFFSET}).")
                 )
-    return {"nnodes": nnodes, "node_rank": node_rank, "addr": addr, "port": port, "sources": sources}
+    return {"nnodes": nnodes, "node_rank": node_rank, "addr": addr, "port": port, "sources": sources,
+            "nproc": nproc, "ranks": ranks, "found": found, "hccl_ports": avoid, "port_from": port_from}
 
 
 def default_job_id(addr: str, port: int, identity: str, environ: dict[str, str]) -> str:
     """The scheduler's job id where there is one, else a hash of what every node was given alike."""
-    from_env = cluster.job_id_from_env(environ)
+    from_env = schedulers.job_id_from_env(environ)
     if from_env:
         return from_env
     digest = hashlib.sha256(f"{addr}\0{port}\0{identity}".encode()).hexdigest()[:16]
@@ -273,10 +322,12 @@ def make_config(
     error_file: str | None = None,
     preflight: bool | None = None,
     output: OutputSettings | None = None,
+    rank_table_timeout: float | None = None,
 ) -> LaunchConfig:
     """Check the launcher's input and fill in what is missing; start nothing.
 
-    Flags win; then Slurm or a Kubeflow/torchrun-style environment; then single-node defaults.
+    Flags win; then the scheduler's environment and the rank table (:mod:`.schedulers`,
+    :mod:`.ranktable`); then single-node defaults.
 
     Args:
         before_device: called after the checks that need no torch and before the device
@@ -291,6 +342,8 @@ def make_config(
         error_file: the JSON report's path (``--error-file``).
         preflight: the pre-flight all-reduce (None: off; see :mod:`.preflight` for why).
         output: the checked output flags (:func:`npu_migrate.launch.output.output_settings`).
+        rank_table_timeout: seconds to wait for ``RANK_TABLE_FILE`` to be completed (None:
+            ``NPU_MIGRATE_RANK_TABLE_TIMEOUT``, else :data:`.ranktable.DEFAULT_TIMEOUT`).
 
     Raises:
         LaunchUsageError: input that cannot work, as one line.
@@ -298,7 +351,12 @@ def make_config(
         UnknownDeviceError, DeviceUnavailableError: from the device layer.
     """
     environ = dict(os.environ if environ is None else environ)
-    plain = _plain_settings(nproc, nnodes, node_rank, addr, port, max_restarts, environ)
+    plain = _plain_settings(nproc, nnodes, node_rank, addr, port, max_restarts, environ, rank_table_timeout)
+    found: schedulers.Detected = plain.pop("found")
+    hccl_ports: hccl.PortRange = plain.pop("hccl_ports")
+    port_from: str = plain.pop("port_from")
+    nproc = plain.pop("nproc")
+    ranks: tuple[int, ...] = plain.pop("ranks")
     if job_id is not None and (not job_id or any(c.isspace() or c == "/" for c in job_id)):
         raise LaunchUsageError(f"--job-id {job_id!r} is not usable: expected a non-empty name without spaces or '/'.")
     if node_timeout < 3:
@@ -317,11 +375,27 @@ def make_config(
     if before_device is not None:
         before_device()
     from npu_migrate import device as _device
+    from npu_migrate.registry import ENV_DEVICE
 
+    if device is None and not environ.get(ENV_DEVICE) and found.device:
+        device = found.device  # an AscendJob, a rank table or a Ray NPU worker: the npu family
     spec = _device.device_spec(device)
     count = _accelerators(spec) if spec.is_accelerator else 1
     if nproc is None:
         nproc = count
+    if spec.name == "npu":
+        control = plain["port"] + CONTROL_PORT_OFFSET if plain["nnodes"] > 1 else None
+        hccl.check_launcher_ports(plain["port"], control, port_from, hccl_ports)
+    if not spec.is_accelerator and nproc > CPU_PROCESSES_PER_CORE * cluster.node_cores():
+        limit = CPU_PROCESSES_PER_CORE * cluster.node_cores()
+        raise LaunchUsageError(
+            f"--device-num {nproc} is more than {limit} CPU processes ({CPU_PROCESSES_PER_CORE} per core for the "
+            f"{cluster.node_cores()} core(s) this process may use): CPU ranks are for tests; use {limit} or fewer.")
+    if ranks and spec.is_accelerator and nproc > count:
+        raise LaunchUsageError(
+            f"the rank table {found.rank_table} lists {nproc} device(s) for this server, but {count} {spec.name} "
+            f"device(s) are visible here ({spec.visible_devices_env}={environ.get(spec.visible_devices_env or '')!r}): "
+            "the pod holds fewer NPUs than the table says.")
     if spec.is_accelerator and nproc > count:
         mask = environ.get(spec.visible_devices_env or "")
         seen = f" ({spec.visible_devices_env}={mask!r})" if mask is not None else ""
@@ -343,8 +417,10 @@ def make_config(
         node_timeout=node_timeout, net_env=tuple(sorted(net_env.items())), net_note=net_note,
         hang_timeout=effective_timeout(hang_timeout, plain["nnodes"] * nproc), hang_action=hang_action,
         error_file=os.path.abspath(error_file) if error_file else None, preflight=bool(preflight),
-        output=output, **plain,
+        output=output, ranks=ranks, scheduler=found.scheduler.value,
+        agreed=tuple(sorted(hccl.agreed_values(environ).items())), rank_table=found.rank_table, **plain,
     )
+
 
 
 def world_table(cfg: LaunchConfig, target: Target) -> str:

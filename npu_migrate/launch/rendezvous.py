@@ -22,7 +22,8 @@ is accepted when the ranks are exactly ``0..nnodes-1``.
 ===================== ====================================================================
 ``npu_migrate/job``   the job token, set by node 0; a launcher with another token is refused
                       and touches nothing else (another job or a stale launcher).
-``shape``             ``{"nnodes", "device_num", "max_restarts"}``, first writer wins; a node
+``shape``             ``{"nnodes", "device_num", "max_restarts", "hccl"}`` (``hccl``: the HCCL
+                      variables every node must share, :mod:`.hccl`), first writer wins; a node
                       with other values aborts the job, so every node says why.
 ``claim/<K>``         ``{"owner", "host", "pid"}`` of the launcher holding node rank K. Taken
                       over when its owner is marked lost or its heartbeat stands still for
@@ -80,6 +81,7 @@ from npu_migrate.launch.config import CONTROL_PORT_OFFSET, LaunchConfig
 from npu_migrate.launch.errors import LaunchError, first_line
 from npu_migrate.launch.padded_store import PaddedStore
 from npu_migrate.launch.signals import Interrupted, Signals, run_interruptibly
+from npu_migrate.textsafe import printable
 
 logger = logging.getLogger(__name__)
 
@@ -290,13 +292,25 @@ class Rendezvous:
 
     def _check_shape(self) -> None:
         cfg = self.cfg
-        mine = {"nnodes": cfg.nnodes, "device_num": cfg.nproc, "max_restarts": cfg.max_restarts}
+        mine: dict[str, Any] = {"nnodes": cfg.nnodes, "device_num": cfg.nproc, "max_restarts": cfg.max_restarts,
+                                "hccl": dict(cfg.agreed)}  # HCCL variables every node must share (.hccl)
         agreed = json.loads(self.store.compare_set(self._key("shape"), "", json.dumps(mine, sort_keys=True)).decode())
+        agreed = agreed if isinstance(agreed, dict) else {}
         if agreed != mine:
-            diff = " ".join(f"--{k.replace('_', '-')} {mine[k]}" for k in mine if mine[k] != agreed[k])
-            theirs = " ".join(f"--{k.replace('_', '-')} {agreed[k]}" for k in mine if mine[k] != agreed[k])
-            message = (f"node {cfg.node_rank} ({self.host}) has {diff} but the job has {theirs}: "
-                       "use the same --nnodes, --device-num and --max-restarts on every node.")
+            flags = [k for k in mine if k != "hccl" and mine[k] != agreed.get(k)]
+            if flags:
+                diff = " ".join(f"--{k.replace('_', '-')} {mine[k]}" for k in flags)
+                theirs = " ".join(f"--{k.replace('_', '-')} {printable(agreed.get(k), 40)}" for k in flags)
+                fix = "use the same --nnodes, --device-num and --max-restarts on every node."
+            else:
+                job = agreed.get("hccl") if isinstance(agreed.get("hccl"), dict) else {}
+                names = [k for k in sorted(set(mine["hccl"]) | set(job)) if mine["hccl"].get(k, "") != job.get(k, "")]
+                if not names:  # the same values; only the record's form differs
+                    return
+                diff = " ".join(f"{printable(k, 100)}={printable(mine['hccl'].get(k, ''), 200) or '(unset)'}" for k in names)
+                theirs = " ".join(f"{printable(k, 100)}={printable(job.get(k, ''), 200) or '(unset)'}" for k in names)
+                fix = "HCCL needs the same value on every node; set it alike everywhere (or nowhere)."
+            message = f"node {cfg.node_rank} ({self.host}) has {diff} but the job has {theirs}: {fix}"
             self.abort(message)
             raise LaunchError(message)
 
