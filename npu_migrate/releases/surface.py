@@ -362,6 +362,14 @@ def public_names(release: Release, module: str = PACKAGE) -> list[str]:
     return names
 
 
+def defined_names(release: Release, module: str = PACKAGE) -> list[str]:
+    """The public names ``module`` defines itself (functions, classes, assignments; not imports),
+    for a module without ``__all__`` such as a stand-in's."""
+    bindings, _ = _Reader(release).symbols(module)
+    return sorted(name for name, node in bindings.items()
+                  if not name.startswith("_") and not isinstance(node, (ast.Import, ast.ImportFrom)))
+
+
 def resolve(release: Release, name: str, module: str = PACKAGE) -> Entry:
     """Follow ``name`` (``set_device``, ``mstx.mark``, ``amp.GradScaler``) from ``module`` to its definition."""
     return _Reader(release).resolve(module, name)
