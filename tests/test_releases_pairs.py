@@ -161,3 +161,29 @@ def test_env_names_the_cached_release_that_pairs_with_this_torch(tmp_path: Path)
     empty = run_cli("env", "--json", env=child_env(NPU_MIGRATE_RELEASES_DIR=str(tmp_path / "empty")))
     assert json.loads(empty.stdout)["torch_npu_pairing_release"] is None
     assert not (tmp_path / "empty").exists()
+
+
+
+def test_env_releases_downloads_the_pairing_release_once(tmp_path: Path) -> None:
+    """``env --releases`` fetches with pip (here from a local folder of wheels, as a mirror would)."""
+    _release("2.14.0"), _release("2.1.0.post17")
+    mirror, cache = releases.cache_dir(), tmp_path / "cache"
+    env = child_env(NPU_MIGRATE_RELEASES_DIR=str(cache), PIP_NO_INDEX="1", PIP_FIND_LINKS=str(mirror))
+    result = run_cli("env", "--json", "--releases", env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    line = ".".join(torch.__version__.split(".")[:2])
+    fetched = sorted(
+        p.name.split("-")[1] for p in cache.glob("torch_npu-*.whl"))
+    assert len(fetched) == 1 and fetched[0].startswith(f"{line}.")  # the newest of torch's release line
+    requires = releases.find(fetched[0], allow_download=False).requires_torch  # the same wheel, in the mirror
+    if pairs.accepts(requires, torch.__version__):
+        assert (report["torch_npu_pairing_release"], report["torch_npu_pairing_source"]) == (
+            f"{fetched[0]} ({requires})", "downloaded")
+        again = run_cli("env", "--json", env=env)  # the next run reads the cache, without --releases
+        assert json.loads(again.stdout)["torch_npu_pairing_source"] == "cache"
+    else:  # PyPI's torch 2.1.0 and torch-npu 2.1.0.post17 (+cpu): which torch pairs with the release
+        assert report["torch_npu_pairing_release"] is None
+        assert report["torch_npu_pairing_source"] == (
+            f"none: the newest release of this line, torch-npu {fetched[0]}, declares {requires}; "
+            f"{pairs.install_torch(requires)} to pair with it")
