@@ -141,30 +141,33 @@ def collect(device: str | None = None, fetch_releases: bool = False) -> dict[str
         "families": {name: _device.is_available(name) for name in _device.DEVICES},
         "environment": variables,
     }
-    pair = _pair(fetch=fetch_releases)
+    pair, pair_warning = _pair(fetch=fetch_releases)
     keys = list(report)
     at = keys.index("torch_npu_version") + 1  # the pair's lines next to torch_npu's version
     report = {**{k: report[k] for k in keys[:at]}, **pair, **{k: report[k] for k in keys[at:]}}
-    report["warnings"] = _warnings(spec, selection, variables)
-    if report.get("torch_npu_pair_warning"):
-        report["warnings"].append(report.pop("torch_npu_pair_warning"))
-    else:
-        report.pop("torch_npu_pair_warning", None)
+    report["warnings"] = _warnings(spec, selection, variables) + ([pair_warning] if pair_warning else [])
     return report
 
 
-def _pair(fetch: bool) -> dict[str, Any]:
-    """What the installed torch_npu declares, or which release pairs with the installed torch."""
-    from npu_migrate.releases import ReleaseNotFound, pairs
+def _pair(fetch: bool) -> tuple[dict[str, Any], str | None]:
+    """What the installed torch_npu declares, or which release pairs with the installed torch;
+    and the warning for a pair the release does not declare."""
+    from npu_migrate.releases import pairs
 
     check = pairs.check_installed()
     out: dict[str, Any] = {
         "torch_npu_requires": check.requires,
         "torch_npu_pair_declared": check.declared,
-        "torch_npu_pair_warning": check.warning(),
         "torch_npu_pairing_release": None,
         "torch_npu_pairing_source": None,
     }
+    return _pairing(out, check, fetch), check.warning()
+
+
+def _pairing(out: dict[str, Any], check: Any, fetch: bool) -> dict[str, Any]:
+    """Without torch_npu: the release that declares the installed torch (cached; fetched if asked)."""
+    from npu_migrate.releases import ReleaseNotFound, pairs
+
     if check.npu is None and check.torch is not None:
         found = pairs.pairing(check.torch)
         source = "cache"

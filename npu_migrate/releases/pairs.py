@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import re
+import zipfile
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
@@ -190,13 +191,18 @@ def check_installed(npu_dist: str = wheels.DISTRIBUTION) -> PairCheck:
 
 def cached_releases() -> list[wheels.Release]:
     """Every torch-npu wheel in the cache (:func:`wheels.cache_dir`), newest first."""
+    from packaging.version import InvalidVersion
+
     directory = wheels.cache_dir()
     found = []
     for path in directory.glob("torch_npu-*.whl") if directory.is_dir() else []:
-        match = wheels._WHEEL.match(path.name)
-        if match:
-            found.append(wheels.Release(match.group("version"), path, "cache"))
-    return sorted(found, key=lambda r: _version(r.version), reverse=True)
+        match = wheels.WHEEL_NAME.match(path.name)
+        try:
+            if match:
+                found.append((_version(match.group("version")), wheels.Release(match.group("version"), path, "cache")))
+        except InvalidVersion:
+            continue  # not a wheel pip would have written
+    return [release for _, release in sorted(found, key=lambda pair: pair[0], reverse=True)]
 
 
 def pairing(torch_version: str, candidates: Optional[Iterable[wheels.Release]] = None) -> Optional[wheels.Release]:
@@ -204,7 +210,7 @@ def pairing(torch_version: str, candidates: Optional[Iterable[wheels.Release]] =
     for release in cached_releases() if candidates is None else candidates:
         try:
             requires = release.requires_torch
-        except (OSError, ValueError, KeyError):
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile):
             continue  # a damaged wheel says nothing
         if requires and accepts(requires, torch_version):
             return release
