@@ -157,9 +157,9 @@ def _pair(fetch: bool) -> tuple[dict[str, Any], str | None]:
     check = pairs.check_installed()
     out: dict[str, Any] = {
         "torch_npu_requires": check.requires,
-        "torch_npu_pair_declared": check.declared,
-        "torch_npu_pairing_release": None,
-        "torch_npu_pairing_source": None,
+        "torch_pair_declared": check.declared,
+        "torch_npu_pairing": None,
+        "pairing_source": None,
     }
     return _pairing(out, check, fetch), check.warning()
 
@@ -176,19 +176,19 @@ def _pairing(out: dict[str, Any], check: Any, fetch: bool) -> dict[str, Any]:
                 found = pairs.fetch_pairing(check.torch)
                 source = "downloaded"
             except ReleaseNotFound as exc:
-                out["torch_npu_pairing_source"] = f"not found: {exc}"
+                out["pairing_source"] = f"not found: {exc}"
                 return out
             if not pairs.accepts(found.requires_torch or "torch<0", check.torch):
-                out["torch_npu_pairing_source"] = (
+                out["pairing_source"] = (
                     f"none: the newest release of this line, torch-npu {found.version}, declares "
                     f"{found.requires_torch}; {pairs.install_torch(found.requires_torch or '')} to pair with it"
                 )
                 return out
         if found is not None:
-            out["torch_npu_pairing_release"] = f"{found.version} ({found.requires_torch})"
-            out["torch_npu_pairing_source"] = source
+            out["torch_npu_pairing"] = f"{found.version} ({found.requires_torch})"
+            out["pairing_source"] = source
         else:
-            out["torch_npu_pairing_source"] = "no cached wheel accepts it; `npu-migrate env --releases` looks it up"
+            out["pairing_source"] = "no cached wheel accepts it; `npu-migrate env --releases` looks it up"
     return out
 
 

@@ -85,7 +85,7 @@ def test_env_with_cpu_forced_reports_the_wheel(script: Path) -> None:
     from npu_migrate.releases import pairs
 
     assert report["torch_npu_requires"] == pairs.requirement_of_metadata(WHEEL.requires or [])
-    assert report["torch_npu_pair_declared"] is True
+    assert report["torch_pair_declared"] is True
     assert not any("does not declare" in w for w in report["warnings"])
 
 

@@ -139,7 +139,7 @@ def test_env_warns_about_a_pair_the_release_does_not_declare(tmp_path: Path) -> 
     report = json.loads(result.stdout)
     line = torch.__version__.split("+")[0]
     assert report["torch_npu_requires"] == f"torch=={line}+cpu"
-    assert report["torch_npu_pair_declared"] is False
+    assert report["torch_pair_declared"] is False
     warning = next(w for w in report["warnings"] if "a pair the release does not declare" in w)
     assert warning.endswith(f"Install the declared torch: pip install torch=={line}+cpu --index-url "
                             f"https://download.pytorch.org/whl/cpu.")
@@ -152,14 +152,14 @@ def test_env_names_the_cached_release_that_pairs_with_this_torch(tmp_path: Path)
     report = json.loads(result.stdout)
     assert report["torch_npu_version"] is None
     if found is None:
-        assert report["torch_npu_pairing_release"] is None
-        assert "npu-migrate env --releases" in report["torch_npu_pairing_source"]
+        assert report["torch_npu_pairing"] is None
+        assert "npu-migrate env --releases" in report["pairing_source"]
     else:
-        assert report["torch_npu_pairing_release"] == f"{found.version} ({found.requires_torch})"
-        assert report["torch_npu_pairing_source"] == "cache"
+        assert report["torch_npu_pairing"] == f"{found.version} ({found.requires_torch})"
+        assert report["pairing_source"] == "cache"
     # Without a cache nothing is downloaded unless --releases asks for it.
     empty = run_cli("env", "--json", env=child_env(NPU_MIGRATE_RELEASES_DIR=str(tmp_path / "empty")))
-    assert json.loads(empty.stdout)["torch_npu_pairing_release"] is None
+    assert json.loads(empty.stdout)["torch_npu_pairing"] is None
     assert not (tmp_path / "empty").exists()
 
 
@@ -178,12 +178,12 @@ def test_env_releases_downloads_the_pairing_release_once(tmp_path: Path) -> None
     assert len(fetched) == 1 and fetched[0].startswith(f"{line}.")  # the newest of torch's release line
     requires = releases.find(fetched[0], allow_download=False).requires_torch  # the same wheel, in the mirror
     if pairs.accepts(requires, torch.__version__):
-        assert (report["torch_npu_pairing_release"], report["torch_npu_pairing_source"]) == (
+        assert (report["torch_npu_pairing"], report["pairing_source"]) == (
             f"{fetched[0]} ({requires})", "downloaded")
         again = run_cli("env", "--json", env=env)  # the next run reads the cache, without --releases
-        assert json.loads(again.stdout)["torch_npu_pairing_source"] == "cache"
+        assert json.loads(again.stdout)["pairing_source"] == "cache"
     else:  # PyPI's torch 2.1.0 and torch-npu 2.1.0.post17 (+cpu): which torch pairs with the release
-        assert report["torch_npu_pairing_release"] is None
-        assert report["torch_npu_pairing_source"] == (
+        assert report["torch_npu_pairing"] is None
+        assert report["pairing_source"] == (
             f"none: the newest release of this line, torch-npu {fetched[0]}, declares {requires}; "
             f"{pairs.install_torch(requires)} to pair with it")
