@@ -171,6 +171,8 @@ def _pairing(out: dict[str, Any], check: Any, fetch: bool) -> dict[str, Any]:
     if check.npu is None and check.torch is not None:
         found = pairs.pairing(check.torch)
         source = "cache"
+        if found is None:
+            found = pairs.same_line(check.torch)  # e.g. a +cpu build of this release is declared
         if found is None and fetch:
             try:
                 found = pairs.fetch_pairing(check.torch)
@@ -178,17 +180,16 @@ def _pairing(out: dict[str, Any], check: Any, fetch: bool) -> dict[str, Any]:
             except ReleaseNotFound as exc:
                 out["pairing_source"] = f"not found: {exc}"
                 return out
-            if not pairs.accepts(found.requires_torch or "torch<0", check.torch):
-                out["pairing_source"] = (
-                    f"none: the newest release of this line, torch-npu {found.version}, declares "
-                    f"{found.requires_torch}; {pairs.install_torch(found.requires_torch or '')} to pair with it"
-                )
-                return out
-        if found is not None:
+        if found is None:
+            out["pairing_source"] = "no cached wheel accepts it; `npu-migrate env --releases` looks it up"
+        elif not pairs.accepts(found.requires_torch or "torch<0", check.torch):
+            out["pairing_source"] = (
+                f"none: the newest release of this line, torch-npu {found.version} ({source}), declares "
+                f"{found.requires_torch}; {pairs.install_torch(found.requires_torch or '')} to pair with it"
+            )
+        else:
             out["torch_npu_pairing"] = f"{found.version} ({found.requires_torch})"
             out["pairing_source"] = source
-        else:
-            out["pairing_source"] = "no cached wheel accepts it; `npu-migrate env --releases` looks it up"
     return out
 
 

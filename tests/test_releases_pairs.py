@@ -151,7 +151,13 @@ def test_env_names_the_cached_release_that_pairs_with_this_torch(tmp_path: Path)
     result = run_cli("env", "--json", env=child_env(NPU_MIGRATE_RELEASES_DIR=str(cache)))
     report = json.loads(result.stdout)
     assert report["torch_npu_version"] is None
-    if found is None:
+    other = pairs.same_line(torch.__version__)
+    if found is None and other is not None:  # PyPI's torch 2.1.0; 2.1.0.post17 declares the +cpu build
+        assert report["torch_npu_pairing"] is None
+        assert report["pairing_source"] == (
+            f"none: the newest release of this line, torch-npu {other.version} (cache), declares "
+            f"{other.requires_torch}; {pairs.install_torch(other.requires_torch)} to pair with it")
+    elif found is None:
         assert report["torch_npu_pairing"] is None
         assert "npu-migrate env --releases" in report["pairing_source"]
     else:
@@ -185,5 +191,5 @@ def test_env_releases_downloads_the_pairing_release_once(tmp_path: Path) -> None
     else:  # PyPI's torch 2.1.0 and torch-npu 2.1.0.post17 (+cpu): which torch pairs with the release
         assert report["torch_npu_pairing"] is None
         assert report["pairing_source"] == (
-            f"none: the newest release of this line, torch-npu {fetched[0]}, declares {requires}; "
+            f"none: the newest release of this line, torch-npu {fetched[0]} (downloaded), declares {requires}; "
             f"{pairs.install_torch(requires)} to pair with it")

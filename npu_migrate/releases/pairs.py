@@ -11,7 +11,7 @@ Usage::
     from npu_migrate.releases import pairs
 
     pairs.accepts("torch==2.1.0+cpu", "2.1.0")          # False: another build of the release
-    pairs.install_torch("torch==2.1.0+cpu")             # 'pip install "torch==2.1.0+cpu" --index-url https://download.pytorch.org/whl/cpu'
+    pairs.install_torch("torch==2.1.0+cpu")             # 'pip install torch==2.1.0+cpu --index-url https://download.pytorch.org/whl/cpu'
     check = pairs.check_installed()                     # the installed pair, from metadata only
     check.declared, check.fatal, check.hint()
     pairs.pairing(torch_version="2.14.0")               # the cached release that accepts it, or None
@@ -214,6 +214,18 @@ def pairing(torch_version: str, candidates: Optional[Iterable[wheels.Release]] =
             continue  # a damaged wheel says nothing
         if requires and accepts(requires, torch_version):
             return release
+    return None
+
+
+def same_line(torch_version: str, candidates: Optional[Iterable[wheels.Release]] = None) -> Optional[wheels.Release]:
+    """The newest release among ``candidates`` (default: the cached wheels) built for
+    ``torch_version``'s release line, whether or not it accepts that build of torch."""
+    for release in cached_releases() if candidates is None else candidates:
+        try:
+            if built_for(release.requires_torch, release.version) == release_of(torch_version):
+                return release
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile):
+            continue
     return None
 
 
