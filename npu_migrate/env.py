@@ -141,7 +141,7 @@ def collect(device: str | None = None, fetch_releases: bool = False) -> dict[str
         "families": {name: _device.is_available(name) for name in _device.DEVICES},
         "environment": variables,
     }
-    pair, pair_warning = _pair(fetch=fetch_releases)
+    pair, pair_warning = _pair(fetch_releases, report["torch_npu_version"])
     keys = list(report)
     at = keys.index("torch_npu_version") + 1  # the pair's lines next to torch_npu's version
     report = {**{k: report[k] for k in keys[:at]}, **pair, **{k: report[k] for k in keys[at:]}}
@@ -149,12 +149,17 @@ def collect(device: str | None = None, fetch_releases: bool = False) -> dict[str
     return report
 
 
-def _pair(fetch: bool) -> tuple[dict[str, Any], str | None]:
+def _pair(fetch: bool, npu_version: str | None) -> tuple[dict[str, Any], str | None]:
     """What the installed torch_npu declares, or which release pairs with the installed torch;
-    and the warning for a pair the release does not declare."""
+    and the warning for a pair the release does not declare.
+
+    A torch_npu without package metadata (built from source, on PYTHONPATH) declares nothing.
+    """
     from npu_migrate.releases import pairs
 
     check = pairs.check_installed()
+    if check.npu is None and npu_version is not None:
+        check = pairs.check(check.torch, npu_version, None)
     out: dict[str, Any] = {
         "torch_npu_requires": check.requires,
         "torch_pair_declared": check.declared,
