@@ -12,7 +12,7 @@ Usage::
     from npu_migrate import autoload
 
     autoload.disable_unless_needed("cpu")   # --device cpu/cuda: TORCH_DEVICE_BACKEND_AUTOLOAD=0
-    autoload.check_versions()               # a mismatched torch_npu would abort the interpreter
+    autoload.check_versions()               # a torch_npu built for another torch would abort the interpreter
     try:
         import torch
     except RuntimeError as exc:
@@ -97,41 +97,46 @@ def disable_unless_needed(device: str | None) -> bool:
     return True
 
 
-def _release(version: str) -> tuple[int, ...]:
-    match = re.match(r"(\d+)\.(\d+)", version)
-    return tuple(int(p) for p in match.groups()) if match else ()
-
-
 def check_versions() -> None:
     """Refuse, before ``import torch``, an auto-loaded torch_npu built for another torch release.
 
-    torch_npu releases follow torch's minor releases (torch_npu 2.1.0.postN for torch 2.1); a
-    build for another release can abort the interpreter at import, where no message is
-    possible. Patch releases of torch keep the extension ABI and are accepted.
+    The decision reads torch_npu's declared requirement on torch (its METADATA's
+    ``Requires-Dist``, :mod:`npu_migrate.releases.pairs`). A build for another minor release
+    (torch_npu 2.1.0.postN under torch 2.14) can abort the interpreter at import, where no
+    message is possible, so it is refused here. Another build or patch of the same release
+    (torch 2.1.0 for ``torch==2.1.0+cpu``) loads; ``npu-migrate env`` warns about it.
 
     Raises:
-        DeviceUnavailableError: one line naming both versions and the fixes.
+        DeviceUnavailableError: one line naming both versions, the declared requirement and the fixes.
     """
     if not enabled():
-        return
-    import importlib.metadata
-
-    try:
-        torch_version = importlib.metadata.version("torch")
-    except importlib.metadata.PackageNotFoundError:
         return
     for ext in extensions():
         if ext.name != "torch_npu":
             continue
-        have, want = _release(ext.version), _release(torch_version)
-        if have and want and have != want:
-            built_for = ".".join(map(str, have))
-            raise DeviceUnavailableError(
-                f"{ext.name} {ext.version} is built for torch {built_for} but torch {torch_version} "
-                f"is installed, and `import torch` loads it automatically. Install matching releases "
-                f'(pip install "torch-npu=={".".join(map(str, want))}.*" or pip install "torch=={built_for}.*"), '
-                f"or set {ENV_AUTOLOAD}=0 to train on CPU or GPU."
-            )
+        from npu_migrate.releases import pairs  # here: only a node with an extension pays for it
+
+        pair = pairs.check_installed(ext.distribution)
+        if pair.fatal:
+            raise DeviceUnavailableError(fatal_message(pair) + f" Or set {ENV_AUTOLOAD}=0 to train on CPU or GPU.")
+
+
+def fatal_message(pair: "pairs.PairCheck") -> str:  # noqa: F821 - imported lazily
+    """The one line for a torch_npu built for another torch release: both versions and both fixes.
+
+    The release that pairs with the installed torch is named where a cached wheel says which.
+    """
+    from npu_migrate.releases import pairs, wheels
+
+    line = ".".join(map(str, pairs.release_of(pair.torch or "")))
+    other = pairs.pairing(pair.torch or "")
+    pick = (f"pip install {wheels.DISTRIBUTION}=={other.version}" if other is not None else
+            f"install the {wheels.DISTRIBUTION} release that declares torch {pair.torch} "
+            f"(`npu-migrate env --releases` names it)")
+    return (
+        f"{pair.describe()} but torch {pair.torch} is installed (release {line}), and importing it can "
+        f"abort the interpreter. Install the pair it declares: {pair.hint()}; or keep this torch: {pick}."
+    )
 
 
 def explain(exc: BaseException) -> str | None:

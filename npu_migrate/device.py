@@ -169,31 +169,44 @@ def default_backend(spec: DeviceSpec | None = None) -> str:
 # --------------------------------------------------------------------------- extensions
 
 
-def _torch_release() -> str:
-    return torch.__version__.split("+")[0]
-
-
 def _release_tuple(version: str) -> tuple[int, ...]:
-    """``2.1.2+cpu`` -> ``(2, 1)``: torch_npu follows torch's minor releases; patches keep the ABI."""
+    """``2.1.2+cpu`` -> ``(2, 1)``: the torch release line of a version."""
     match = re.match(r"(\d+)\.(\d+)", version)
     return tuple(int(p) for p in match.groups()) if match else ()
 
 
 def _install_hint(spec: DeviceSpec) -> str:
-    release = ".".join(map(str, _release_tuple(_torch_release()))) or _torch_release()
-    return f'pip install "{spec.pip_name}=={release}.*"'
+    """How to install the extension release that declares the installed torch.
+
+    The release is read from a cached wheel's METADATA (:mod:`npu_migrate.releases.pairs`);
+    without one, ``npu-migrate env --releases`` looks it up on the package index.
+    """
+    from npu_migrate.releases import pairs
+
+    found = pairs.pairing(torch.__version__)
+    if found is not None:
+        return f"pip install {spec.pip_name}=={found.version}, whose METADATA declares {found.requires_torch}"
+    return (f"the {spec.pip_name} release whose Requires-Dist accepts torch {torch.__version__} "
+            f"(`npu-migrate env --releases` names it)")
 
 
 def _mismatch(spec: DeviceSpec, ext_version: str) -> str | None:
-    want = _release_tuple(_torch_release())
-    have = _release_tuple(ext_version)
-    if not want or not have or want == have:
+    """The one-line refusal of an extension built for another torch release, else ``None``.
+
+    Decided from the extension's declared requirement on torch (its METADATA); another build or
+    patch of the same release is not refused here (``npu-migrate env`` warns about it).
+    """
+    from npu_migrate.releases import pairs
+
+    requires = None
+    try:
+        requires = pairs.requirement_of_metadata(importlib.metadata.requires(spec.pip_name or "") or [])
+    except importlib.metadata.PackageNotFoundError:
+        pass  # built from source or on PYTHONPATH: its version is all there is
+    pair = pairs.check(torch.__version__, ext_version, requires)
+    if not pair.fatal:
         return None
-    return (
-        f"{spec.extension} {ext_version} is built for torch {'.'.join(map(str, have))} but torch "
-        f"{torch.__version__} is installed. Install matching releases: {_install_hint(spec)} "
-        f'or pip install "torch=={".".join(map(str, have))}.*".'
-    )
+    return autoload.fatal_message(pair)
 
 
 @functools.lru_cache(maxsize=None)
@@ -203,7 +216,7 @@ def _load_extension(module_name: str) -> ModuleType | str:
     if importlib.util.find_spec(module_name) is None:
         return (
             f"{spec.name} needs {module_name}, which is not installed. Install the release that "
-            f"matches torch {_torch_release()}: {_install_hint(spec)} (and the CANN toolkit it needs)."
+            f"declares torch {torch.__version__}: {_install_hint(spec)} (and the CANN toolkit it needs)."
         )
     try:
         dist_version = importlib.metadata.version(spec.pip_name or module_name)

@@ -5,9 +5,15 @@ Usage::
     npu-migrate env            # readable report
     npu-migrate env --json     # the same as one JSON object
     npu-migrate env --device npu   # fails in one line if torch_npu cannot be used
+    npu-migrate env --releases     # may download the torch-npu wheel that pairs with this torch
 
 Like ``accelerate env``, it names the chosen device family and why, the backend, versions, the
 variables that steer the Ascend/CUDA/collective stacks, and warnings for known problems.
+
+torch and torch_npu are checked as a pair from package metadata: the torch the installed
+torch_npu release declares (``Requires-Dist``) and whether the installed torch satisfies it. Where
+torch_npu is not installed, the release that pairs with the installed torch is read from a cached
+wheel (:mod:`npu_migrate.releases`); nothing is downloaded unless ``--releases`` asks for it.
 """
 
 from __future__ import annotations
@@ -98,8 +104,13 @@ def _warnings(spec: _device.DeviceSpec, selection: _device.Selection, variables:
     return warnings
 
 
-def collect(device: str | None = None) -> dict[str, Any]:
+def collect(device: str | None = None, fetch_releases: bool = False) -> dict[str, Any]:
     """Return the environment report as a JSON-ready dict.
+
+    Args:
+        device: the family to force, else detection.
+        fetch_releases: where torch_npu is not installed and no cached wheel pairs with the
+            installed torch, download the newest torch-npu of torch's release line to read it.
 
     Raises:
         UnknownDeviceError, DeviceUnavailableError: as :func:`npu_migrate.device.resolve_device`.
@@ -130,8 +141,61 @@ def collect(device: str | None = None) -> dict[str, Any]:
         "families": {name: _device.is_available(name) for name in _device.DEVICES},
         "environment": variables,
     }
-    report["warnings"] = _warnings(spec, selection, variables)
+    pair, pair_warning = _pair(fetch_releases, report["torch_npu_version"])
+    keys = list(report)
+    at = keys.index("torch_npu_version") + 1  # the pair's lines next to torch_npu's version
+    report = {**{k: report[k] for k in keys[:at]}, **pair, **{k: report[k] for k in keys[at:]}}
+    report["warnings"] = _warnings(spec, selection, variables) + ([pair_warning] if pair_warning else [])
     return report
+
+
+def _pair(fetch: bool, npu_version: str | None) -> tuple[dict[str, Any], str | None]:
+    """What the installed torch_npu declares, or which release pairs with the installed torch;
+    and the warning for a pair the release does not declare.
+
+    A torch_npu without package metadata (built from source, on PYTHONPATH) declares nothing.
+    """
+    from npu_migrate.releases import pairs
+
+    check = pairs.check_installed()
+    if check.npu is None and npu_version is not None:
+        check = pairs.check(check.torch, npu_version, None)
+    out: dict[str, Any] = {
+        "torch_npu_requires": check.requires,
+        "torch_pair_declared": check.declared,
+        "torch_npu_pairing": None,
+        "pairing_source": None,
+    }
+    return _pairing(out, check, fetch), check.warning()
+
+
+def _pairing(out: dict[str, Any], check: Any, fetch: bool) -> dict[str, Any]:
+    """Without torch_npu: the release that declares the installed torch (cached; fetched if asked)."""
+    from npu_migrate.releases import ReleaseNotFound, pairs
+
+    if check.npu is None and check.torch is not None:
+        found = pairs.pairing(check.torch)
+        source = "cache"
+        if found is None:
+            found = pairs.same_line(check.torch)  # e.g. a +cpu build of this release is declared
+        if found is None and fetch:
+            try:
+                found = pairs.fetch_pairing(check.torch)
+                source = "downloaded"
+            except ReleaseNotFound as exc:
+                out["pairing_source"] = f"not found: {exc}"
+                return out
+        if found is None:
+            out["pairing_source"] = "no cached wheel accepts it; `npu-migrate env --releases` looks it up"
+        elif not pairs.accepts(found.requires_torch or "torch<0", check.torch):
+            out["pairing_source"] = (
+                f"none: the newest release of this line, torch-npu {found.version} ({source}), declares "
+                f"{found.requires_torch}; {pairs.install_torch(found.requires_torch or '')} to pair with it"
+            )
+        else:
+            out["torch_npu_pairing"] = f"{found.version} ({found.requires_torch})"
+            out["pairing_source"] = source
+    return out
 
 
 def format_report(report: dict[str, Any]) -> str:
@@ -166,13 +230,19 @@ def build_parser(subparsers: Any = None) -> argparse.ArgumentParser:
         help="Force a device family instead of NPU_MIGRATE_DEVICE or detection (auto detects).",
     )
     parser.add_argument("--json", action="store_true", help="Print one JSON object instead of text.")
+    parser.add_argument(
+        "--releases", action="store_true",
+        help="Where torch_npu is not installed, download (once, with pip download --no-deps, into the "
+        "NPU_MIGRATE_RELEASES_DIR cache) the newest torch-npu of the installed torch's release line "
+        "to say which release pairs with it. Without it only cached wheels are read.",
+    )
     parser.set_defaults(func=run)
     return parser
 
 
 def run(args: argparse.Namespace) -> int:
     """Print the report; device errors propagate to the CLI, which prints them as one line."""
-    report = collect(args.device)
+    report = collect(args.device, fetch_releases=args.releases)
     if args.json:
         json.dump(report, sys.stdout, indent=2)
         sys.stdout.write("\n")

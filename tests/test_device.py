@@ -12,8 +12,8 @@ import npu_migrate as nm
 from npu_migrate import device as _device
 from conftest import BROKEN_NPU, HOST_FAMILY, MISMATCHED_NPU
 
-# torch_npu follows torch's minor releases (torch-npu 2.1.0.postN for torch 2.1.x): the hint names the line.
-TORCH_RELEASE = re.escape(".".join(torch.__version__.split("+")[0].split(".")[:2]))
+# The release line of the installed torch (2.14): a torch_npu built for another line is refused.
+TORCH_LINE = re.escape(".".join(torch.__version__.split("+")[0].split(".")[:2]))
 
 
 @pytest.mark.parametrize("spec", list(nm.DEVICES.values()), ids=list(nm.DEVICES))
@@ -70,7 +70,12 @@ def test_unknown_device_lists_the_families(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_forced_npu_without_torch_npu_says_which_pip_install() -> None:
-    with pytest.raises(nm.DeviceUnavailableError, match=rf'npu needs torch_npu, which is not installed\. .* pip install "torch-npu=={TORCH_RELEASE}\.\*"'):
+    from npu_migrate.releases import pairs
+
+    found = pairs.pairing(torch.__version__)  # the cached wheel whose METADATA accepts this torch, if any
+    fix = (rf"pip install torch-npu=={re.escape(found.version)}, whose METADATA declares {re.escape(found.requires_torch)}"
+           if found is not None else r"the torch-npu release whose Requires-Dist accepts torch .*npu-migrate env --releases")
+    with pytest.raises(nm.DeviceUnavailableError, match=rf"npu needs torch_npu, which is not installed\. Install the release that declares torch {re.escape(torch.__version__)}: {fix}"):
         nm.resolve_device("npu")
     assert not nm.is_available("npu")
 
@@ -95,7 +100,7 @@ def test_broken_torch_npu_quotes_the_import_error(monkeypatch: pytest.MonkeyPatc
 
 def test_mismatched_torch_npu_names_both_versions_without_importing_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(MISMATCHED_NPU))
-    with pytest.raises(nm.DeviceUnavailableError, match=rf'torch_npu 1\.11\.0\.post1 is built for torch 1\.11 but torch {re.escape(torch.__version__)} is installed\. .*pip install "torch-npu=={TORCH_RELEASE}\.\*" or pip install "torch==1\.11\.\*"'):
+    with pytest.raises(nm.DeviceUnavailableError, match=rf"torch_npu 1\.11\.0\.post1 declares torch==1\.11\.0 but torch {re.escape(torch.__version__)} is installed \(release {TORCH_LINE}\), and importing it can abort the interpreter\. Install the pair it declares: pip install torch==1\.11\.0; or keep this torch: "):
         nm.resolve_device("npu")
 
 

@@ -3,7 +3,7 @@
 This tier needs the wheel, installed apart from the suite's environment (it breaks ``import torch``
 for every process that can see it):
 
-    pip install --no-deps --target DIR torch-npu==<torch's minor release>.* pyyaml
+    pip install --no-deps --target DIR torch-npu==<the [npu] extra's release, which declares the pinned torch> pyyaml
     NPU_MIGRATE_REAL_TORCH_NPU=DIR python -m pytest -m real_torch_npu
 
 ``.ci/run`` does exactly that. Elsewhere the tests skip, saying so.
@@ -30,7 +30,8 @@ if not TORCH_AUTOLOADS:
     pytest.skip("this torch does not auto-load device extensions (torch < 2.5)", allow_module_level=True)
 
 REAL_PATH = Path(REAL)
-WHEEL_VERSION = next(d.version for d in importlib.metadata.distributions(path=[REAL]) if d.metadata["Name"] == "torch_npu")
+WHEEL = next(d for d in importlib.metadata.distributions(path=[REAL]) if d.metadata["Name"] in ("torch_npu", "torch-npu"))
+WHEEL_VERSION = WHEEL.version
 FIX = ("source /usr/local/Ascend/ascend-toolkit/set_env.sh", "TORCH_DEVICE_BACKEND_AUTOLOAD=0")
 
 
@@ -80,6 +81,12 @@ def test_env_with_cpu_forced_reports_the_wheel(script: Path) -> None:
     assert (report["device_type"], report["backend"]) == ("cpu", "gloo")
     assert report["torch_npu_version"] == WHEEL_VERSION
     assert report["environment"]["TORCH_DEVICE_BACKEND_AUTOLOAD"] == "0"
+    # The pair, from the wheel's METADATA: .ci/run installs the release that declares the pinned torch.
+    from npu_migrate.releases import pairs
+
+    assert report["torch_npu_requires"] == pairs.requirement_of_metadata(WHEEL.requires or [])
+    assert report["torch_pair_declared"] is True
+    assert not any("does not declare" in w for w in report["warnings"])
 
 
 def test_launch_with_cpu_forced_runs_its_workers(tmp_path: Path) -> None:

@@ -16,7 +16,14 @@ Usage::
 
     releases.installed()                        # the torch_npu of this environment, or None
 
-Nothing here imports torch (or torch_npu): the wheel's files are read as text.
+    from npu_migrate.releases import pairs, surface
+    pairs.accepts(release.requires_torch, "2.14.0")    # PEP 440, local builds included
+    surface.read(release)["set_device"].signature()    # torch_npu.npu's names, read with ast
+
+Modules: ``wheels`` (where a release's files come from), ``pairs`` (which torch a release
+accepts, the installed pair, the release that pairs with a torch), ``surface`` (the public names
+and signatures of ``torch_npu.npu``). Nothing here imports torch (or torch_npu): the wheel's
+files are read as text.
 """
 
 from __future__ import annotations

@@ -39,7 +39,9 @@ DISTRIBUTION = "torch-npu"
 ENV_CACHE = "NPU_MIGRATE_RELEASES_DIR"
 """Where downloaded wheels are kept (default: the user's cache directory)."""
 
-_WHEEL = re.compile(r"^torch_npu-(?P<version>[^-]+)-.+\.whl$")
+WHEEL_NAME = re.compile(r"^torch_npu-(?P<version>[^-]+)-.+\.whl$")
+"""A cached wheel's file name; ``version`` is the release."""
+_WHEEL = WHEEL_NAME
 # Other CPython versions to ask for when this interpreter has no wheel of a release (its text
 # files do not depend on the tag).
 _OTHER_PYTHONS = ("3.11", "3.10", "3.9", "3.8")

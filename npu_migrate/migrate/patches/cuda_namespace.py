@@ -65,12 +65,11 @@ def _legacy_type(cpu_type: Any) -> Callable[..., Any]:
     return construct
 
 
-def install() -> None:
-    """Patch every public callable of ``torch.cuda`` and ``torch.cuda.amp``'s autocast, GradScaler, custom_fwd/bwd."""
-    spec = STATE.target
-    assert spec is not None
+def public_callables() -> list[tuple[str, Any]]:
+    """The ``torch.cuda`` names :func:`install` patches, with their objects: public callables that
+    are not modules, typing helpers or exception classes (those work unchanged on every family)."""
     cuda = torch.cuda
-    npu = getattr(torch, spec.name, None) if spec.is_accelerator else None
+    out = []
     for name in dir(cuda):
         if name.startswith("_"):
             continue
@@ -81,6 +80,25 @@ def install() -> None:
             continue
         if inspect.isclass(value) and issubclass(value, BaseException):
             continue  # exception classes: catching them works on every family
+        out.append((name, value))
+    return out
+
+
+def redirected_to_device_module() -> list[str]:
+    """The ``torch.cuda`` names :func:`install` sends to the accelerator's module (``torch.npu.X``)
+    when it has them: every public callable except the legacy tensor types, built on the CPU."""
+    return [name for name, _ in public_callables()
+            if not ((row := cuda_api.classify(f"torch.cuda.{name}")) is not None
+                    and row.runtime == "legacy_type" and hasattr(torch, name))]
+
+
+def install() -> None:
+    """Patch every public callable of ``torch.cuda`` and ``torch.cuda.amp``'s autocast, GradScaler, custom_fwd/bwd."""
+    spec = STATE.target
+    assert spec is not None
+    cuda = torch.cuda
+    npu = getattr(torch, spec.name, None) if spec.is_accelerator else None
+    for name, value in public_callables():
         row = cuda_api.classify(f"torch.cuda.{name}")
         if row is not None and row.runtime == "legacy_type" and hasattr(torch, name):
             # torch.cuda.FloatTensor(2): the CPU type's tensor, moved to the target.

@@ -22,11 +22,13 @@ What it simulates:
   Ops refuse tensors on two different npu devices, like a real device does;
 * ``hccl``: a real gloo group. Collectives on npu tensors hand their CPU memory to gloo, so
   all_reduce/broadcast/all_gather and DDP's reducer really communicate between processes;
-* device-module API npu_migrate uses: ``Event(enable_timing=True)`` (host clock), ``Stream``,
-  ``stream()``, ``current_stream()``, ``synchronize``, per-device random generators
-  (``manual_seed(_all)``, ``get_rng_state``), memory figures (bytes of live npu tensors),
-  ``get_amp_supported_dtype``, ``is_bf16_supported``; autocast(``"npu"``) and
-  ``GradScaler("npu")`` use torch's own PrivateUse1 autocast and AMP kernels.
+* ``torch.npu`` (``npu.py``): every name runtime migration, the port tool's output and the
+  examples use, with the real release's signatures (tests/test_fake_npu_surface.py checks them
+  against the real wheels; the real names left out are in ``NOT_SIMULATED.txt``):
+  ``Event(enable_timing=True)`` (host clock), ``Stream``, ``stream()``, ``current_stream()``,
+  ``synchronize``, per-device random generators (``manual_seed(_all)``, ``get_rng_state``),
+  memory figures (bytes of live npu tensors), ``get_amp_supported_dtype``, ``is_bf16_supported``;
+  autocast(``"npu"``) and ``GradScaler("npu")`` use torch's own PrivateUse1 autocast and AMP kernels.
 
 What it cannot simulate: NPU kernels, precision and speed (results are CPU results, bitwise);
 NPU-only ops and APIs (``torch_npu.npu_*`` fused ops, ``torch_npu.contrib``, ``transfer_to_npu``,
@@ -42,8 +44,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
-import types
 import weakref
 from typing import Any
 
@@ -404,168 +404,12 @@ def _privateuse1_fallback(op: Any, *args: Any, **kwargs: Any) -> Any:
     return _wrap_outputs(op(*args, **kwargs), target, {})
 
 
-# --------------------------------------------------------------------------- streams and events
-
-
-class Stream(torch.Stream):
-    """A stream of a simulated device. Work is synchronous, so every wait is already satisfied."""
-
-    def __new__(cls, device: Any = None, priority: int = 0, **kwargs: Any) -> Stream:
-        return super().__new__(cls, stream_id=0, device_index=_index(device), device_type=int(_PRIVATEUSE1))
-
-    def __init__(self, device: Any = None, priority: int = 0, **kwargs: Any) -> None:
-        self.priority = priority
-
-    def query(self) -> bool:
-        return True
-
-    def synchronize(self) -> None:
-        pass
-
-    def wait_event(self, event: Any) -> None:
-        pass
-
-    def wait_stream(self, stream: Any) -> None:
-        pass
-
-    def record_event(self, event: Event | None = None) -> Event:
-        event = event or Event()
-        event.record(self)
-        return event
-
-    def __enter__(self) -> Stream:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        pass
-
-
-class Event:
-    """An event of a simulated device; ``record()`` reads the host clock (work is synchronous)."""
-
-    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> None:
-        self.enable_timing = enable_timing
-        self._time: float | None = None
-
-    def record(self, stream: Any = None) -> None:
-        self._time = time.perf_counter()
-
-    def elapsed_time(self, end_event: Event) -> float:
-        if not (self.enable_timing and end_event.enable_timing):
-            raise RuntimeError("Both events must be created with enable_timing=True to measure time.")
-        if self._time is None or end_event._time is None:
-            raise RuntimeError("Both events must be recorded before elapsed_time() is called.")
-        return (end_event._time - self._time) * 1000.0
-
-    def query(self) -> bool:
-        return True
-
-    def synchronize(self) -> None:
-        pass
-
-    def wait(self, stream: Any = None) -> None:
-        pass
-
-
-_current_streams: dict[int, Stream] = {}
-
-
-def _current_stream(device: Any = None) -> Stream:
-    index = _index(device)
-    if index not in _current_streams:
-        _current_streams[index] = Stream(index)
-    return _current_streams[index]
-
-
-class _StreamContext:
-    def __init__(self, stream: Stream | None) -> None:
-        self.stream = stream
-        self.previous: Stream | None = None
-
-    def __enter__(self) -> Stream | None:
-        if self.stream is not None:
-            self.previous = _current_stream(self.stream.device_index)
-            _current_streams[self.stream.device_index] = self.stream
-        return self.stream
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.stream is not None and self.previous is not None:
-            _current_streams[self.stream.device_index] = self.previous
-
-
-class _DeviceContext:
-    def __init__(self, device: Any) -> None:
-        self.index = -1 if device is None else _index(device)
-        self.previous = -1
-
-    def __enter__(self) -> None:
-        self.previous = _exchange_device(self.index)
-
-    def __exit__(self, *exc: Any) -> None:
-        _exchange_device(self.previous)
-
-
 # --------------------------------------------------------------------------- the torch.npu module
 
-npu = types.ModuleType("torch_npu.npu")
-npu.is_available = lambda: _count() > 0
-npu.device_count = _count
-npu.current_device = lambda: _current.index
-npu.set_device = _set_device
-npu.device = _DeviceContext
-npu.synchronize = lambda device=None: None
-npu.is_initialized = lambda: True
-npu._lazy_init = lambda: None
-npu._is_in_bad_fork = lambda: False
-npu.manual_seed = _manual_seed
-npu.manual_seed_all = _manual_seed_all
-npu.seed = lambda: _manual_seed(torch.seed())
-npu.seed_all = lambda: _manual_seed_all(torch.seed())
-npu.initial_seed = lambda: _generators[_current.index].initial_seed()
-npu.get_rng_state = lambda device="npu": _generators[_index(device)].get_state()
-npu.set_rng_state = lambda state, device="npu": _generators[_index(device)].set_state(state)
-npu.get_rng_state_all = lambda: [g.get_state() for g in _generators]
-npu.set_rng_state_all = lambda states: [g.set_state(s) for g, s in zip(_generators, states)]
-npu.get_device_name = lambda device=None: f"FakeAscend910B (simulated {_index(device)})"
-npu.get_amp_supported_dtype = lambda: [torch.float16, torch.bfloat16]
-npu.is_bf16_supported = lambda *args, **kwargs: True
-npu.empty_cache = lambda: None
-npu.memory_allocated = lambda device=None: _memory["allocated"][_index(device)]
-npu.max_memory_allocated = lambda device=None: _memory["peak"][_index(device)]
-npu.memory_reserved = npu.memory_allocated
-npu.max_memory_reserved = npu.max_memory_allocated
+# torch_npu.npu, as in the real package: the device-module API, in npu.py, with the real release's
+# names and signatures (tests/test_fake_npu_surface.py compares them). It reads the state above.
+from torch_npu import npu  # noqa: E402
 
-
-def _reset_peak_memory_stats(device: Any = None) -> None:
-    index = _index(device)
-    _memory["peak"][index] = _memory["allocated"][index]
-
-
-npu.reset_peak_memory_stats = _reset_peak_memory_stats
-npu.Stream = Stream
-npu.Event = Event
-npu.current_stream = _current_stream
-npu.default_stream = _current_stream
-npu.stream = _StreamContext
-npu.NpuTensor = NpuTensor
-npu.mstx = types.SimpleNamespace(calls=[])  # torch_npu.npu.mstx: markers for the Ascend profiler
-
-
-def _mstx_mark(message: str = "", stream: Any = None) -> None:
-    npu.mstx.calls.append(("mark", message))
-
-
-def _mstx_range_start(message: str, stream: Any = None) -> int:
-    npu.mstx.calls.append(("range_start", message))
-    return len(npu.mstx.calls)  # a range id; 0 means failure
-
-
-def _mstx_range_end(range_id: int) -> None:
-    npu.mstx.calls.append(("range_end", range_id))
-
-
-npu.mstx.mark, npu.mstx.range_start, npu.mstx.range_end = _mstx_mark, _mstx_range_start, _mstx_range_end
-npu._state = _state  # lets tests read what npu_migrate asked the device to do
 
 
 class _Hooks(torch._C._acc.PrivateUse1Hooks):
@@ -598,7 +442,7 @@ torch._C._accelerator_setDeviceIndex = lambda index: _set_device(index) if index
 torch._C._accelerator_exchangeDevice = _exchange_device
 torch._C._accelerator_maybeExchangeDevice = _exchange_device
 torch._C._accelerator_synchronizeDevice = lambda index=None: None
-torch._C._accelerator_getStream = lambda index: _current_stream(index)
+torch._C._accelerator_getStream = lambda index: npu.current_stream(index)
 
 # The C++ guard reports one device, so autograd has one device thread; running backward in the
 # calling thread (as for CPU) keeps npu:1..7 working.

@@ -1,0 +1,344 @@
+"""The simulated NPU checked against the real package: torch_npu.npu's names and signatures.
+
+The real wheels (torch-npu 2.1.0.post17 and 2.14.0: the sections of NOT_SIMULATED.txt) are read
+in place with :mod:`npu_migrate.releases.surface`. Every name that runtime migration (each
+``torch.cuda`` name it sends to ``torch.npu``), the port tool's output (port/targets.py) and the
+examples or npu_migrate itself reach on the device module must exist in the stand-in
+(tests/fake_npu/torch_npu/npu.py) with the real signature; every other real name is listed as
+not simulated, in a file this test keeps in sync. Regenerate it with::
+
+    NPU_MIGRATE_RELEASES_DIR=DIR python tests/test_fake_npu_surface.py --write
+
+Wheels come from ``NPU_MIGRATE_RELEASES_DIR`` (.ci/run keeps them in .ci-cache); nothing is
+downloaded here. A missing wheel fails the test under CI (``CI=true``) and skips it elsewhere.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterable, Optional
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+sys.path[:0] = [str(ROOT)] if str(ROOT) not in sys.path else []
+
+from npu_migrate import releases  # noqa: E402
+from npu_migrate.releases import pairs, surface  # noqa: E402
+
+FAKE_NPU = TESTS / "fake_npu"
+NOT_SIMULATED = FAKE_NPU / "NOT_SIMULATED.txt"
+REGENERATE = "NPU_MIGRATE_RELEASES_DIR=DIR python tests/test_fake_npu_surface.py --write"
+STAND_IN = releases.Release("stand-in", FAKE_NPU, "installed")
+# Public names of the stand-in that the real torch.npu does not have, and why they may stay.
+STAND_IN_ONLY = {"NpuTensor": "the simulated devices' tensor type, which tests inspect"}
+SOURCES = (ROOT / "npu_migrate", ROOT / "examples")
+
+
+def compared_versions() -> list[str]:
+    """The releases compared: the sections of NOT_SIMULATED.txt."""
+    return [line[len("[torch-npu "):].split("]")[0] for line in NOT_SIMULATED.read_text().splitlines()
+            if line.startswith("[torch-npu ")]
+
+
+def release(version: str) -> releases.Release:
+    """The cached (or installed) wheel of ``version``; fail under CI, skip elsewhere, when missing."""
+    try:
+        return releases.find(version, allow_download=False)
+    except releases.ReleaseNotFound as exc:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI must have the wheel (.ci/run downloads it): {exc}")
+        pytest.skip(str(exc))
+
+
+# --------------------------------------------------------------------------- what the code uses
+
+_DEVICE_MODULE_CALLS = frozenset({"_module", "_accelerator_module", "get_device_module"})
+
+
+def _device_path(node: ast.AST, bound: dict[str, str]) -> Optional[str]:
+    """``""`` when ``node`` is a device module (``getattr(torch, spec.name)``, ``_module(spec)``,
+    ``torch.npu``), ``"mstx.mark"`` when it is an attribute path below one, else ``None``."""
+    if isinstance(node, ast.IfExp):
+        for branch in (node.body, node.orelse):
+            found = _device_path(branch, bound)
+            if found is not None:
+                return found
+        return None
+    if isinstance(node, ast.Name):
+        return bound.get(node.id)
+    if isinstance(node, ast.Attribute):
+        if isinstance(node.value, ast.Name) and node.value.id == "torch" and node.attr == "npu":
+            return ""
+        base = _device_path(node.value, bound)
+        return None if base is None else f"{base}.{node.attr}".lstrip(".")
+    if isinstance(node, ast.Call):
+        func = node.func
+        name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+        if name in _DEVICE_MODULE_CALLS:
+            return ""
+        if name == "getattr" and len(node.args) >= 2:
+            owner, attr = node.args[0], node.args[1]
+            if isinstance(owner, ast.Name) and owner.id == "torch":
+                literal = isinstance(attr, ast.Constant)
+                return "" if not literal or attr.value == "npu" else None
+            base = _device_path(owner, bound)
+            if base is not None and isinstance(attr, ast.Constant) and isinstance(attr.value, str):
+                return f"{base}.{attr.value}".lstrip(".")
+    return None
+
+
+def _own_nodes(scope: ast.AST) -> Iterable[ast.AST]:
+    """The nodes of one scope, without the bodies of functions and classes nested in it."""
+    stack = list(ast.iter_child_nodes(scope))
+    while stack:
+        node = stack.pop()
+        yield node
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            stack.extend(ast.iter_child_nodes(node))
+
+
+def device_module_uses(tree: ast.AST) -> set[str]:
+    """Names reached on the device module in ``tree``: ``module.X``, ``getattr(module, "X")``,
+    ``hasattr(module, "X")``, through local names, enclosing scopes and arguments passed to a
+    function of the same module (``nvtx_functions(mstx)`` makes its ``mstx`` parameter one)."""
+    found: set[str] = set()
+    functions = {n.name: n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    parameters: dict[str, dict[str, str]] = {}
+
+    def visit(scope: ast.AST, inherited: dict[str, str]) -> None:
+        bound = {**inherited, **parameters.get(getattr(scope, "name", ""), {})}
+        nodes = list(_own_nodes(scope))
+        for _ in range(3):  # names bound from names bound before them
+            for node in nodes:
+                if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and node.value is not None:
+                    path = _device_path(node.value, bound)
+                    for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                        if path is not None and isinstance(target, ast.Name):
+                            bound[target.id] = path
+        for node in nodes:
+            if isinstance(node, (ast.Attribute, ast.Call)):
+                path = _device_path(node, bound)
+                if path:
+                    found.add(path)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                if node.func.id == "hasattr" and len(node.args) == 2 and isinstance(node.args[1], ast.Constant):
+                    base = _device_path(node.args[0], bound)
+                    if base is not None:
+                        found.add(f"{base}.{node.args[1].value}".lstrip("."))
+                callee = functions.get(node.func.id)
+                if callee is not None:
+                    names = [a.arg for a in callee.args.posonlyargs + callee.args.args]
+                    for name, arg in zip(names, node.args):
+                        path = _device_path(arg, bound)
+                        if path is not None:
+                            parameters.setdefault(callee.name, {})[name] = path
+        for node in nodes:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                visit(node, bound)
+
+    for _ in range(2):  # a second pass sees the parameters bound by calls further down
+        visit(tree, {})
+    return found
+
+
+def used_names() -> dict[str, set[str]]:
+    """Device-module names used, by where: runtime migration, the port's output, the code."""
+    from npu_migrate.migrate.patches import cuda_namespace
+    from npu_migrate.port import targets
+
+    code: set[str] = set()
+    for base in SOURCES:
+        for path in sorted(base.rglob("*.py")):
+            code |= device_module_uses(ast.parse(path.read_text(encoding="utf-8"), str(path)))
+    port: set[str] = set()
+    for target in targets.TARGETS.values():
+        for style in targets.STYLES:
+            template = target.template(style)
+            if template:
+                port |= device_module_uses(ast.parse(template.replace("**ARGS", "**kwargs"), mode="eval"))
+    for name in targets.HELPERS:
+        for style in targets.STYLES:
+            port |= device_module_uses(ast.parse(targets.helper_source(name, style)))
+    return {"runtime migration": set(cuda_namespace.redirected_to_device_module()),
+            "port output": port, "npu_migrate and examples": code}
+
+
+def required(entries: dict[str, surface.Entry], used: dict[str, set[str]]) -> dict[str, str]:
+    """The release's names the stand-in must have, each with the first user that needs it."""
+    out: dict[str, str] = {}
+    for who, names in used.items():
+        for name in sorted(names):
+            head = name.split(".")[0]
+            if name in entries or (head in entries and entries[head].kind is not surface.Kind.UNDEFINED):
+                out.setdefault(name, who)
+    return out
+
+
+def read_release(rel: releases.Release, used: dict[str, set[str]]) -> dict[str, surface.Entry]:
+    dotted = sorted({n for names in used.values() for n in names if "." in n})
+    entries = surface.read(rel, extra=tuple(dotted))
+    return {k: v for k, v in entries.items() if v.kind is not surface.Kind.UNDEFINED or "." not in k}
+
+
+# --------------------------------------------------------------------------- the generated list
+
+
+def render(versions: list[str]) -> str:
+    """NOT_SIMULATED.txt for ``versions``: per release, each real public name the stand-in lacks."""
+    simulated = set(surface.defined_names(STAND_IN))
+    lines = [
+        "# torch_npu.npu (torch.npu) names of real torch-npu releases that tests/fake_npu does not simulate.",
+        "# Read from the wheels' torch_npu/npu/__init__.py (__all__) and followed to their definitions.",
+        f"# Generated by tests/test_fake_npu_surface.py, which fails when it is out of date; regenerate with:",
+        f"#   {REGENERATE}",
+        "# name  kind  signature (or why there is none)  module",
+    ]
+    for version in versions:
+        rel = releases.find(version, allow_download=False)
+        names = surface.public_names(rel)
+        entries = surface.read(rel)
+        missing = [n for n in names if n not in simulated]
+        lines += ["", f"[torch-npu {version}] {len(names)} public names, {len(names) - len(missing)} simulated, "
+                      f"{len(missing)} not simulated"]
+        for name in missing:
+            entry = entries[name]
+            lines.append(f"{name}  {entry.kind.value}  {entry.signature() or entry.note or '-'}  {entry.module}")
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- the checks
+
+
+def drift(entries: dict[str, surface.Entry], names: Iterable[str],
+          live: dict[str, Optional[list[list[Optional[str]]]]]) -> list[str]:
+    """Where the stand-in's ``live`` signatures differ from the release's, one line each."""
+    problems = []
+    for name in sorted(names):
+        entry = entries.get(name)
+        if name not in live:
+            problems.append(f"{name}: missing from the stand-in (the release has it: {entry.signature() if entry else '?'})")
+            continue
+        if entry is None or entry.parameters is None or live[name] is None:
+            continue
+        have = tuple(surface.Parameter(*p) for p in live[name])
+        if not surface.same_parameters(entry.parameters, have):
+            problems.append(f"{name}: the stand-in has {surface.format_parameters(have)}, torch-npu has "
+                            f"{entry.signature()} ({entry.module})")
+    return problems
+
+
+@pytest.mark.parametrize("version", compared_versions())
+def test_the_release_surface_is_read_from_the_wheel(version: str) -> None:
+    rel = release(version)
+    entries = surface.read(rel)
+    assert len(entries) == len(surface.public_names(rel)) > 100
+    assert [n for n, e in entries.items() if e.kind is surface.Kind.UNDEFINED] == []
+    assert entries["set_device"].signature() == "(device)" and entries["set_device"].module == "torch_npu.npu.utils"
+    assert entries["FloatTensor"].kind is surface.Kind.NATIVE  # created by torch_npu._C: no Python signature
+
+
+def test_not_simulated_list_is_in_sync() -> None:
+    versions = compared_versions()
+    for version in versions:
+        release(version)
+    assert render(versions) == NOT_SIMULATED.read_text(), f"{NOT_SIMULATED} is out of date: run {REGENERATE}"
+
+
+@pytest.mark.parametrize("version", compared_versions())
+def test_every_name_in_use_is_simulated(version: str) -> None:
+    used = used_names()
+    assert {"set_device", "device_count", "Stream"} <= used["port output"]
+    assert {"mstx.mark", "amp.GradScaler", "get_rng_state"} <= used["npu_migrate and examples"]
+    entries = read_release(release(version), used)
+    need = required(entries, used)
+    simulated = set(surface.defined_names(STAND_IN))
+    missing = [f"{n} (used by {who})" for n, who in need.items() if n.split(".")[0] not in simulated]
+    assert not missing, f"names torch-npu {version} has and npu_migrate uses, missing from tests/fake_npu: {missing}"
+
+
+_DUMP = """
+import inspect, json, sys, torch, torch_npu
+names = json.loads(sys.argv[1])
+def params(obj):
+    from npu_migrate.releases.surface import parameters_of
+    found = parameters_of(obj)
+    return None if found is None else [[p.name, p.kind, p.default] for p in found]
+def own(name):  # not an imported module or typing helper
+    obj = getattr(torch.npu, name)
+    if inspect.ismodule(obj):
+        return obj.__name__.startswith("torch_npu.")
+    return getattr(obj, "__module__", None) not in ("typing", "typing_extensions", "__future__")
+out, public = {}, sorted(n for n in dir(torch.npu) if not n.startswith("_") and own(n))
+for name in names:
+    obj = torch.npu
+    try:
+        for part in name.split("."):
+            obj = getattr(obj, part)
+    except AttributeError:
+        continue
+    out[name] = params(obj)
+print(json.dumps({"public": public, "signatures": out}))
+"""
+
+
+@pytest.mark.fake_npu
+def test_stand_in_signatures_are_the_release_ones() -> None:
+    """torch.npu after importing the stand-in, against the release that pairs with this torch."""
+    from conftest import child_env
+
+    import torch
+
+    candidates = [release(v) for v in compared_versions()]
+    rel = pairs.pairing(torch.__version__, candidates) or next(
+        (r for r in candidates if pairs.release_of(r.version) == pairs.release_of(torch.__version__)), None)
+    if rel is None:
+        pytest.skip(f"no tested torch-npu release is built for torch {torch.__version__}")
+    used = used_names()
+    entries = read_release(rel, used)
+    simulated = surface.defined_names(STAND_IN)
+    need = required(entries, used)
+    asked = sorted(set(simulated) | set(need))
+    result = subprocess.run([sys.executable, "-c", _DUMP, json.dumps(asked)], env=child_env(FAKE_NPU),
+                            capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    live = json.loads(result.stdout)
+    assert live["public"] == simulated, "torch.npu's public names differ from those npu.py defines"
+    extra = [n for n in simulated if n not in entries and n not in STAND_IN_ONLY
+             and surface.resolve(rel, n).kind is not surface.Kind.MODULE]
+    assert not extra, (f"the stand-in has names torch-npu {rel.version} lacks (runtime migration would "
+                       f"send torch.cuda's there in tests only): {extra}")
+    checked = [n for n in asked if n in entries]
+    problems = drift(entries, checked, live["signatures"])
+    assert not problems, f"tests/fake_npu drifted from torch-npu {rel.version}:\n" + "\n".join(problems)
+
+
+def test_a_changed_signature_is_drift() -> None:
+    entry = surface.Entry("set_rng_state", surface.Kind.FUNCTION, "torch_npu.npu.random",
+                          (surface.Parameter("new_state", "POSITIONAL_OR_KEYWORD"),
+                           surface.Parameter("device", "POSITIONAL_OR_KEYWORD", "'npu'")))
+    same = [["new_state", "POSITIONAL_OR_KEYWORD", None], ["device", "POSITIONAL_OR_KEYWORD", "'npu'"]]
+    renamed = [["state", "POSITIONAL_OR_KEYWORD", None], ["device", "POSITIONAL_OR_KEYWORD", "'npu'"]]
+    other_default = [["new_state", "POSITIONAL_OR_KEYWORD", None], ["device", "POSITIONAL_OR_KEYWORD", "None"]]
+    entries = {"set_rng_state": entry}
+    assert drift(entries, ["set_rng_state"], {"set_rng_state": same}) == []
+    assert drift(entries, ["set_rng_state"], {"set_rng_state": renamed}) == [
+        "set_rng_state: the stand-in has (state, device='npu'), torch-npu has (new_state, device='npu') "
+        "(torch_npu.npu.random)"]
+    assert drift(entries, ["set_rng_state"], {"set_rng_state": other_default})
+    assert drift(entries, ["set_rng_state"], {}) == [
+        "set_rng_state: missing from the stand-in (the release has it: (new_state, device='npu'))"]
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--write"]:
+        NOT_SIMULATED.write_text(render(compared_versions() if NOT_SIMULATED.exists() else ["2.1.0.post17", "2.14.0"]))
+        print(f"wrote {NOT_SIMULATED}")
+    else:
+        print(__doc__)
