@@ -81,7 +81,8 @@ def _migrated_run(work: Path, vocab: int, iters: int, *paths: Path) -> tuple[str
     return console, json.loads(report.read_text())
 
 
-def _check_migrated(console: str, report: dict, iters: int) -> None:
+def _check_migrated(console: str, report: dict, iters: int, target: str) -> None:
+    assert report["targets"] == [target], report  # where the CUDA calls went (and flash_attn ran)
     # The model's flash_attn import worked, so every attention went through flash_attn_func.
     assert "Using Flash Attention 2" in console, console[-4000:]
     assert "Using fused AdamW: True" in console  # it believed it was on CUDA
@@ -98,7 +99,7 @@ def _check_migrated(console: str, report: dict, iters: int) -> None:
 def test_allamo_trains_unmodified_with_flash_attn_served_on_cpu(tmp_path: Path) -> None:
     work, vocab = _workdir(tmp_path)
     console, report = _migrated_run(work, vocab, 20)
-    _check_migrated(console, report, 20)
+    _check_migrated(console, report, 20, "cpu")
     state = torch.load(work / "out" / "model_ckpt.pt", map_location="cpu", weights_only=True)  # its checkpoint reloads
     assert state["tok_embeddings.weight"].shape == (vocab, 32)
 
@@ -108,7 +109,7 @@ def test_allamo_trains_unmodified_with_flash_attn_served_on_cpu(tmp_path: Path) 
 def test_allamo_trains_unmodified_with_flash_attn_served_on_the_simulated_npu(tmp_path: Path) -> None:
     work, vocab = _workdir(tmp_path)
     console, report = _migrated_run(work, vocab, 10, FAKE_NPU)
-    _check_migrated(console, report, 10)
+    _check_migrated(console, report, 10, "npu")
 
 
 def test_allamo_port_imports_npu_migrate_flash_attn_and_trains_without_migration(tmp_path: Path) -> None:
