@@ -202,7 +202,9 @@ def test_dry_run_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text(TRAIN_OK)
     for cmd in ([sys.executable, "-m", "npu_migrate", "launch"], [sys.executable, "-m", "npu_migrate.launch"]):
-        proc = subprocess.Popen([*cmd, "--dry-run", "--device", "cpu", "--device-num", "1000", str(script)],
+        # More output than a pipe holds (64 KiB): the script's arguments, echoed on the target line.
+        many = [f"--option-{i:05d}=" + "x" * 32 for i in range(5000)]
+        proc = subprocess.Popen([*cmd, "--dry-run", "--device", "cpu", "--device-num", "2", str(script), *many],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env(), cwd=ROOT)
         assert proc.stdout is not None and proc.stderr is not None
         proc.stdout.readline()  # like `| head -1`: read a line, then go away
