@@ -1,0 +1,329 @@
+"""Recording the operators a script sends to the device: a dispatch mode, a function mode, phases, steps.
+
+Usage::
+
+    from npu_migrate.ops.record import Recorder
+
+    recorder = Recorder(judge, steps=2)          # judge: npu_migrate.ops.verdict.Judge
+    with recorder:                               # after runtime migration is installed
+        run_the_script()                         # ends with AuditDone after 2 optimizer steps
+    recorder.entries                             # {(op, overload, phase, site): Entry}
+
+What is recorded, for every aten overload that reaches the device:
+
+* the overload (a ``TorchDispatchMode``) and the torch function the user called around it (a
+  ``TorchFunctionMode``: the outermost one; torch pops a function mode while it runs, so functions
+  called inside another are not seen);
+* the user's call site: ``file:line`` of the nearest frame in user code, classified as runtime
+  migration classifies frames (:mod:`npu_migrate.migrate.callers`);
+* the dtypes of its tensors and the phase: ``backward`` (the autograd engine runs it),
+  ``optimizer step`` (between the global optimizer step hooks), ``forward`` (inside a module's
+  forward), else ``other``.
+
+**Which tensors are on the device.** On an accelerator target, those whose device is the target's.
+On the CPU target every tensor is a CPU tensor, so the device's are tracked: a tensor is on the
+device when it was made by a call that runtime migration gave the target's device (``x.cuda()``,
+``x.to("cuda")``, ``torch.zeros(..., device="cuda")``, ``model.cuda()``: the call carries
+:func:`npu_migrate.migrate.mapping.target_device`'s very object), or computed from one. Tensors that
+never went to the device (data loading, the optimizer's CPU step counters) are not counted.
+
+**Composites.** Where the release registers a composite operator itself (``matmul``,
+``scaled_dot_product_attention``), the CPU decomposition recorded beneath the function is not the
+NPU's: the function's operator is recorded as ``npu`` in its place.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.weak import WeakIdKeyDictionary
+
+from npu_migrate.migrate import callers
+from npu_migrate.migrate.mapping import map_device, target_device
+from npu_migrate.migrate.state import STATE
+from npu_migrate.ops.verdict import Judge, Verdict
+
+
+class AuditDone(BaseException):
+    """Raised into the script when the audit has seen enough (``--steps`` optimizer steps, ``--seconds``).
+
+    A ``BaseException``, like ``SystemExit``, so the script's ``except Exception`` does not swallow it.
+    """
+
+
+PHASES = ("forward", "backward", "optimizer step", "other")
+_SYNC_TAGS = ("data_dependent_output",)  # the host reads a value from device memory (.item(), equal)
+_HOST_READS = ("tolist", "numpy", "cpu")  # Tensor methods that copy device memory to the host
+_MASK_DTYPES = (torch.bool, torch.uint8)
+_QUIET = ("", None, False, False)  # a call frame: (function, site, seeded, beneath a registered composite)
+
+
+@dataclass
+class Entry:
+    """One aten overload at one call site in one phase.
+
+    Attributes:
+        verdict: what the release does with it.
+        count: calls recorded.
+        dtypes: dtypes of its tensors.
+        function: the torch function the user called around it (``torch.special.entr``), or ``""``.
+    """
+
+    verdict: Verdict
+    count: int = 0
+    dtypes: set[str] = field(default_factory=set)
+    function: str = ""
+
+
+@dataclass
+class Sync:
+    """A host synchronisation at one site: what caused it and how often."""
+
+    what: str
+    count: int = 0
+
+
+def _function_name(func: Any) -> str:
+    try:
+        return torch.overrides.resolve_name(func) or getattr(func, "__name__", str(func))
+    except Exception:  # resolve_name reads attributes of arbitrary callables
+        return getattr(func, "__name__", str(func))
+
+
+def _tensors(values: Any) -> list[torch.Tensor]:
+    """Tensors among aten arguments (``Tensor``, ``Tensor[]``, ``Tensor?[]``): one level of lists."""
+    found = []
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            found.append(value)
+        elif isinstance(value, (list, tuple)):
+            found.extend(v for v in value if isinstance(v, torch.Tensor))
+    return found
+
+
+class Recorder:
+    """Records device operators while active (``with recorder:``); see the module docstring."""
+
+    def __init__(self, judge: Judge, steps: int | None = 2) -> None:
+        self.judge = judge
+        self.steps = steps
+        self.steps_done = 0
+        self.entries: dict[tuple[str, str, str, str], Entry] = {}
+        self.syncs: dict[tuple[str, str], Sync] = {}
+        self.on_device = WeakIdKeyDictionary()
+        self._local = threading.local()
+        self._undo: list[Callable[[], None]] = []
+        spec = STATE.target
+        self.accelerator = spec.name if spec is not None and spec.is_accelerator else None
+        self.target = target_device(0) if spec is not None and spec.name != "cuda" else None
+        self._forward_depth = 0
+        self._in_step = 0
+        self._modes: list[Any] = []
+
+    # -- state of the calling thread --------------------------------------------------------------
+    def _frame(self) -> list[Any]:
+        stack = getattr(self._local, "stack", None)
+        if stack is None:
+            stack = self._local.stack = []
+        return stack
+
+    def is_device(self, tensor: torch.Tensor) -> bool:
+        """Whether ``tensor`` is on the audited device (see "Which tensors are on the device")."""
+        if self.accelerator is not None:
+            return tensor.device.type == self.accelerator
+        return tensor in self.on_device
+
+    def mark(self, value: Any) -> None:
+        """Put the tensors of ``value`` (a tensor, or a list/tuple of them) on the device."""
+        if self.accelerator is not None:
+            return
+        for tensor in _tensors(value if isinstance(value, (list, tuple)) else (value,)):
+            self.on_device[tensor] = True
+
+    def phase(self) -> str:
+        if torch._C._current_autograd_node() is not None:
+            return "backward"
+        if self._in_step:
+            return "optimizer step"
+        if self._forward_depth:
+            return "forward"
+        return "other"
+
+    @staticmethod
+    def site() -> str:
+        """``file:line`` of the nearest frame in user code."""
+        frame = sys._getframe(2)
+        while frame is not None and callers.is_internal(frame.f_code.co_filename):
+            frame = frame.f_back
+        return f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else "?"
+
+    # -- what the modes call ------------------------------------------------------------------------
+    def add(self, op: str, overload: str, verdict: Verdict, tensors: list[torch.Tensor], site: str,
+            function: str) -> None:
+        key = (op, overload, self.phase(), site)
+        entry = self.entries.get(key)
+        if entry is None:
+            entry = self.entries[key] = Entry(verdict, function=function)
+        entry.count += 1
+        for tensor in tensors:
+            entry.dtypes.add(str(tensor.dtype).replace("torch.", ""))
+
+    def add_sync(self, what: str, site: str) -> None:
+        key = (what, site)
+        sync = self.syncs.get(key)
+        if sync is None:
+            sync = self.syncs[key] = Sync(what)
+        sync.count += 1
+
+    def on_dispatch(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+        stack = self._frame()
+        top = stack[-1] if stack else _QUIET
+        inputs = _tensors(args) + _tensors(kwargs.values()) if kwargs else _tensors(args)
+        if not top[2] and not any(self.is_device(t) for t in inputs):
+            return
+        outputs = _tensors(out if isinstance(out, (list, tuple)) else (out,))
+        self.mark(outputs)
+        if top[3]:
+            return  # beneath a composite the release registers: not the NPU's operators
+        name, overload = func._schema.name, func._overloadname
+        site = top[1] or self.site()
+        sparse = any(t.layout != torch.strided for t in inputs)
+        self.add(name, overload, self.judge.verdict(name, overload, sparse), inputs or outputs, site, top[0])
+        if self._syncs(func, name, inputs):
+            self.add_sync(name, site)
+
+    @staticmethod
+    def _syncs(func: Any, name: str, inputs: list[torch.Tensor]) -> bool:
+        tags = {getattr(t, "name", str(t)) for t in func.tags}
+        if any(t in tags for t in _SYNC_TAGS):
+            return True
+        masked = any(t.dtype in _MASK_DTYPES for t in inputs[1:])
+        if "dynamic_output_shape" in tags:
+            return name != "aten::index" or masked  # index.Tensor syncs for boolean masks only
+        return name in ("aten::index_put", "aten::index_put_", "aten::_index_put_impl_") and masked
+
+    def on_function(self, func: Any, args: tuple, kwargs: dict) -> Any:
+        """Run one torch function, noting what the dispatch mode needs to know about it."""
+        stack = self._frame()
+        target = self.target
+        seeded = target is not None and self.accelerator is None and (
+            any(a is target for a in args) or any(v is target for v in kwargs.values()))
+        device_args = [t for t in (_tensors(args) + _tensors(kwargs.values()) if kwargs else _tensors(args))
+                       if self.is_device(t)]
+        if not device_args and not seeded:
+            stack.append(_QUIET)  # its operators are recorded only if a device tensor shows up
+            try:
+                return func(*args, **kwargs)
+            finally:
+                stack.pop()
+        parent = self.judge.composite_parent(func)
+        name = _function_name(func)
+        site = self.site()
+        stack.append((name, site, seeded, parent is not None and parent[2] is Verdict.NPU))
+        try:
+            out = func(*args, **kwargs)
+        finally:
+            stack.pop()
+        if seeded:
+            self.mark(out)  # x.to(device) on the CPU target returns x itself: nothing was dispatched
+        if parent is not None:
+            self.add(parent[0], parent[1], parent[2], device_args, site, name)
+        short = getattr(func, "__name__", "")
+        if device_args and short in _HOST_READS:
+            self.add_sync(f"Tensor.{short}", site)
+        elif device_args and short == "to" and self._to_host(args, kwargs):
+            self.add_sync("Tensor.to(cpu)", site)
+        return out
+
+    def _to_host(self, args: tuple, kwargs: dict) -> bool:
+        for value in (*args[1:], kwargs.get("device")):
+            if (isinstance(value, str) and value.startswith("cpu")) or (
+                    isinstance(value, torch.device) and value.type == "cpu" and value is not self.target):
+                return True
+        return False
+
+    # -- hooks --------------------------------------------------------------------------------------
+    def _hooks(self) -> None:
+        module = torch.nn.modules.module
+        optimizer = importlib.import_module("torch.optim.optimizer")
+
+        def forward_pre(mod: Any, inputs: Any) -> None:
+            self._forward_depth += 1
+
+        def forward_post(mod: Any, inputs: Any, output: Any) -> None:
+            self._forward_depth = max(0, self._forward_depth - 1)
+
+        def step_pre(opt: Any, args: Any, kwargs: Any) -> None:
+            self._in_step += 1
+
+        def step_post(opt: Any, args: Any, kwargs: Any) -> None:
+            self._in_step = max(0, self._in_step - 1)
+            self.steps_done += 1
+            if self.steps is not None and self.steps_done >= self.steps:
+                raise AuditDone(f"ended after --steps {self.steps}")
+
+        handles = [module.register_module_forward_pre_hook(forward_pre),
+                   module.register_module_forward_hook(forward_post, always_call=True),
+                   optimizer.register_optimizer_step_pre_hook(step_pre),
+                   optimizer.register_optimizer_step_post_hook(step_post)]
+        self._undo.extend(h.remove for h in handles)
+        if self.accelerator is None and self.target is not None:
+            self._mark_modules()
+
+    def _mark_modules(self) -> None:
+        """``model.cuda()``/``model.to("cuda")``: their parameters and buffers go on the device."""
+        for name in ("to", "cuda"):
+            original = getattr(torch.nn.Module, name)
+
+            def moved(mod: Any, *args: Any, __original: Any = original, __name: str = name, **kwargs: Any) -> Any:
+                out = __original(mod, *args, **kwargs)
+                device = kwargs.get("device", args[0] if args else None)
+                if __name == "cuda" or (device is not None and map_device(device) is not device):
+                    for tensor in (*mod.parameters(), *mod.buffers()):
+                        self.on_device[tensor] = True
+                return out
+
+            setattr(torch.nn.Module, name, moved)
+            self._undo.append(lambda n=name, o=original: setattr(torch.nn.Module, n, o))
+
+    def __enter__(self) -> "Recorder":
+        self._hooks()
+        self._modes = [_FunctionMode(self), _DispatchMode(self)]
+        for mode in self._modes:
+            mode.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for mode in reversed(self._modes):
+            mode.__exit__(None, None, None)
+        self._modes = []
+        while self._undo:
+            self._undo.pop()()
+
+
+class _FunctionMode(TorchFunctionMode):
+    def __init__(self, recorder: Recorder) -> None:
+        super().__init__()
+        self.recorder = recorder
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        return self.recorder.on_function(func, args, kwargs or {})
+
+
+class _DispatchMode(TorchDispatchMode):
+    def __init__(self, recorder: Recorder) -> None:
+        super().__init__()
+        self.recorder = recorder
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        self.recorder.on_dispatch(func, args, kwargs, out)
+        return out

@@ -1,0 +1,242 @@
+"""The operators a torch-npu release registers for the NPU, read from its own codegen YAML.
+
+Usage::
+
+    from npu_migrate.releases import operators
+
+    ops = operators.of_release(releases.find("2.14.0"))
+    ops.registers("aten::add", "Tensor")        # True
+    ops.registers("aten::special_entr", "default")  # False: runs on the host (CPU fallback)
+    len(ops.aten)                                # 1080 (the `supported` section of 2.14.0)
+    ops = operators.resolve(version=None, op_list=None)   # the audit's order of sources
+    operators.default_version("2.14.0+cpu")      # the newest release made for that torch
+
+Every wheel ships ``torch_npu/csrc/aten/npu_native_functions_by_codegen.yaml``. Its sections, as
+the wheels write them (2.1.0.post17 and 2.14.0):
+
+* ``supported``: the aten overloads registered for the NPU, each a name (``squeeze.dim``) or a
+  mapping whose ``func`` is a name or a whole schema (``mul.Tensor(Tensor self, ...) -> Tensor``);
+* ``symint``, ``quant``, ``autograd``: more of the same (SymInt signatures, quantized tensors, and
+  overloads whose autograd formula the release replaces);
+* ``custom``: the release's own ``npu::`` operators;
+* ``backend``, ``cpp_namespace``: scalars, not operators.
+
+An ``--op-list FILE`` is either such a YAML or plain text with one overload a line
+(``aten::add.Tensor``; ``#`` starts a comment). Parsed lists are kept in memory per file, so a
+second read in one process costs nothing and a first one well under a second.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from npu_migrate.releases.wheels import Release, ReleaseNotFound, cache_dir, cached, find, installed
+
+OPERATORS_YAML = "torch_npu/csrc/aten/npu_native_functions_by_codegen.yaml"
+"""Where a release lists the operators it registers (inside the wheel and the installed package)."""
+
+_ATEN_SECTIONS = ("supported", "symint", "quant", "autograd", "tocpu")
+_CUSTOM_SECTIONS = ("custom", "custom_autograd")
+_NAME = re.compile(r"^[A-Za-z_][\w.]*")
+_CACHE: dict[tuple[str, float], "OperatorList"] = {}
+
+
+@dataclass(frozen=True)
+class OperatorList:
+    """What one release registers for the NPU.
+
+    Attributes:
+        release: the version (``2.14.0``) or, for ``--op-list``, the file.
+        source: ``installed``, ``cache``, ``downloaded`` or ``file``.
+        aten: ``name.overload`` of every registered aten overload (``name`` alone for the default).
+        custom: names of the release's own ``npu::`` operators.
+    """
+
+    release: str
+    source: str
+    aten: frozenset[str]
+    custom: frozenset[str]
+
+    def registers(self, op: str, overload: str) -> bool:
+        """Whether ``op`` (``aten::add``) with ``overload`` (``Tensor``, ``default``) is registered."""
+        namespace, _, name = op.rpartition("::")
+        if namespace == "npu":
+            return True
+        if namespace not in ("aten", ""):
+            return False
+        key = name if overload in ("default", "") else f"{name}.{overload}"
+        return key in self.aten
+
+    def overloads_of(self, name: str) -> list[str]:
+        """The registered overloads of aten operator ``name`` (``["add.Tensor", "add.out"]``)."""
+        prefix = f"{name}."
+        return sorted(k for k in self.aten if k == name or k.startswith(prefix))
+
+
+def _entry_name(entry: Any) -> str | None:
+    text = entry.get("func") if isinstance(entry, dict) else entry
+    if not isinstance(text, str):
+        return None
+    match = _NAME.match(text.strip())
+    return match.group(0) if match else None
+
+
+def parse(text: str, release: str, source: str) -> OperatorList:
+    """The operator list in the codegen YAML ``text`` (see the module docstring for its sections).
+
+    Raises:
+        ValueError: ``text`` is not such a YAML.
+    """
+    data = _load_yaml(text)
+    if not isinstance(data, dict) or not any(k in data for k in _ATEN_SECTIONS):
+        raise ValueError(f"{release}: not a torch-npu operator YAML (no {'/'.join(_ATEN_SECTIONS[:2])} section)")
+    aten = {n for s in _ATEN_SECTIONS for n in map(_entry_name, data.get(s) or []) if n}
+    custom = {n.split(".")[0] for s in _CUSTOM_SECTIONS for n in map(_entry_name, data.get(s) or []) if n}
+    return OperatorList(release, source, frozenset(aten), frozenset(custom))
+
+
+def _load_yaml(text: str) -> Any:
+    import yaml  # torch requires pyyaml (torchgen reads its own YAML with it)
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the C loader reads 2.14.0's in ~0.1 s
+    return yaml.load(text, Loader=loader)
+
+
+def parse_plain(text: str, name: str) -> OperatorList:
+    """A plain list: one ``[aten::]name[.overload]`` a line; ``npu::`` lines are custom operators."""
+    aten, custom = set(), set()
+    for line in text.splitlines():
+        word = line.split("#", 1)[0].strip()
+        if not word:
+            continue
+        namespace, _, op = word.rpartition("::")
+        if namespace == "npu":
+            custom.add(op.split(".")[0])
+        else:
+            aten.add(op[:-len(".default")] if op.endswith(".default") else op)
+    return OperatorList(name, "file", frozenset(aten), frozenset(custom))
+
+
+def of_release(release: Release) -> OperatorList:
+    """The operators ``release`` registers (parsed once per process and file)."""
+    stamp = release.location.stat().st_mtime if release.location.exists() else 0.0
+    key = (str(release.location), stamp)
+    if key not in _CACHE:
+        _CACHE[key] = parse(release.read_text(OPERATORS_YAML), release.version, release.source)
+    return _CACHE[key]
+
+
+def from_file(path: str) -> OperatorList:
+    """``--op-list FILE``: a codegen YAML or a plain list.
+
+    Raises:
+        UsageError: the file is missing, unreadable or neither format.
+    """
+    from npu_migrate.errors import UsageError
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--op-list {path!r} cannot be read ({exc.__class__.__name__}): expected a torch-npu "
+                         f"operator YAML ({OPERATORS_YAML}) or one aten::name.overload a line.") from exc
+    if re.search(r"^(supported|symint|custom):", text, re.M):
+        try:
+            return parse(text, path, "file")
+        except Exception as exc:  # a YAML error of any kind: say which file and what was expected
+            raise UsageError(f"--op-list {path!r} is not valid YAML ({exc.__class__.__name__}): expected "
+                             f"{OPERATORS_YAML} from a torch-npu wheel.") from exc
+    found = parse_plain(text, path)
+    if not found.aten and not found.custom:
+        raise UsageError(f"--op-list {path!r} names no operator: expected one aten::name.overload a line.")
+    return found
+
+
+def _major_minor(version: str) -> tuple[int, int] | None:
+    match = re.match(r"^(\d+)\.(\d+)", version.strip())
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def _version_key(version: str) -> Any:
+    try:
+        from packaging.version import Version
+
+        return (0, Version(version))
+    except Exception:  # packaging missing or an odd version: order as written, after real ones
+        return (-1, version)
+
+
+def _requires_series(release: Release) -> tuple[int, int] | None:
+    """The torch major.minor a release was made for, from its METADATA (else its own version)."""
+    try:
+        spec = release.requires_torch
+    except (OSError, KeyError):
+        spec = None
+    found = re.search(r"(\d+\.\d+)", spec or "")
+    return _major_minor(found.group(1) if found else release.version)
+
+
+def _index_versions() -> list[str]:
+    """Versions of torch-npu on the user's package index (``pip index versions``), or ``[]``."""
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "pip", "index", "versions", "torch-npu", "--disable-pip-version-check"]
+    try:
+        out = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    match = re.search(r"Available versions:\s*(.+)", out)
+    return [v.strip() for v in match.group(1).split(",")] if match else []
+
+
+def default_version(torch_version: str, *, allow_index: bool = True) -> str:
+    """The release made for ``torch_version``: the newest cached wheel whose METADATA requires that
+    torch major.minor, else the newest such version on the package index.
+
+    Raises:
+        ReleaseNotFound: none is cached and the index is unreachable or has none.
+    """
+    series = _major_minor(torch_version)
+    candidates = []
+    directory = cache_dir()
+    for path in sorted(directory.glob("torch_npu-*.whl")) if directory.is_dir() else []:
+        version = path.name.split("-")[1]
+        release = cached(version)
+        if release is not None and _requires_series(release) == series:
+            candidates.append(release.version)
+    if not candidates and allow_index:
+        candidates = [v for v in _index_versions() if _major_minor(v) == series]
+    if not candidates:
+        raise ReleaseNotFound(
+            f"no torch-npu release for torch {torch_version} is cached in {directory} and the package index "
+            f"lists none: pass --torch-npu VERSION, or --op-list FILE, or run `pip download --no-deps "
+            f"-d {directory} torch-npu==VERSION` where the index is reachable."
+        )
+    return max(candidates, key=_version_key)
+
+
+def resolve(version: str | None = None, op_list: str | None = None, torch_version: str | None = None) -> OperatorList:
+    """The operator list an audit judges against.
+
+    ``op_list`` (a file) if given; else release ``version`` (installed, cached, or downloaded once);
+    else the installed torch_npu; else the release made for ``torch_version``.
+
+    Raises:
+        UsageError: a bad ``op_list``; ReleaseNotFound: no release reachable (one line, with the fix).
+    """
+    if op_list:
+        return from_file(op_list)
+    if version:
+        return of_release(find(version))
+    here = installed()
+    if here is not None:
+        return of_release(here)
+    if torch_version is None:
+        import torch
+
+        torch_version = torch.__version__
+    return of_release(find(default_version(torch_version)))
