@@ -92,9 +92,35 @@ class Sync:
 
 def _function_name(func: Any) -> str:
     try:
-        return torch.overrides.resolve_name(func) or getattr(func, "__name__", str(func))
+        name = torch.overrides.resolve_name(func)
     except Exception:  # resolve_name reads attributes of arbitrary callables
-        return getattr(func, "__name__", str(func))
+        name = None
+    if name:
+        return name
+    module, qualname = getattr(func, "__module__", None), getattr(func, "__qualname__", None)
+    return f"{module}.{qualname}" if module and qualname else getattr(func, "__name__", str(func))
+
+
+_TENSOR_FUNCTION = torch.Tensor.__torch_function__.__func__  # type: ignore[attr-defined]
+
+
+def has_torch_function(relevant_args: Any) -> bool:
+    """``torch.overrides.has_torch_function`` that ignores function modes (ours), not subclasses.
+
+    nn.MultiheadAttention and nn.TransformerEncoderLayer leave their fast path when any function
+    mode is active; on the NPU no mode is, so the audit must see the path the NPU takes.
+    """
+    for arg in relevant_args:
+        kind = type(arg)
+        if kind is torch.Tensor or kind is torch.nn.Parameter:
+            continue
+        impl = getattr(kind, "__torch_function__", None)
+        if impl is None or impl is torch._C._disabled_torch_function_impl:
+            continue
+        if getattr(impl, "__func__", None) is _TENSOR_FUNCTION:
+            continue
+        return True
+    return False
 
 
 def _tensors(values: Any) -> list[torch.Tensor]:
@@ -126,6 +152,9 @@ class Recorder:
         self._forward_depth = 0
         self._in_step = 0
         self._modes: list[Any] = []
+        # Autograd nodes made beneath a composite the release registers: their backward is the NPU's
+        # own too. Keyed by id, holding the node (nodes take no weak references); cleared each step.
+        self._npu_nodes: dict[int, Any] = {}
 
     # -- state of the calling thread --------------------------------------------------------------
     def _frame(self) -> list[Any]:
@@ -147,12 +176,14 @@ class Recorder:
         for tensor in _tensors(value if isinstance(value, (list, tuple)) else (value,)):
             self.on_device[tensor] = True
 
-    def phase(self) -> str:
+    def phase(self, inputs: list[torch.Tensor] = ()) -> str:  # type: ignore[assignment]
+        """``backward``, ``optimizer step``, ``forward`` (in a module's forward, or building the
+        autograd graph from ``inputs``: the loss too), else ``other``."""
         if torch._C._current_autograd_node() is not None:
             return "backward"
         if self._in_step:
             return "optimizer step"
-        if self._forward_depth:
+        if self._forward_depth or (torch.is_grad_enabled() and any(t.requires_grad for t in inputs)):
             return "forward"
         return "other"
 
@@ -167,7 +198,7 @@ class Recorder:
     # -- what the modes call ------------------------------------------------------------------------
     def add(self, op: str, overload: str, verdict: Verdict, tensors: list[torch.Tensor], site: str,
             function: str) -> None:
-        key = (op, overload, self.phase(), site)
+        key = (op, overload, self.phase(tensors), site)
         entry = self.entries.get(key)
         if entry is None:
             entry = self.entries[key] = Entry(verdict, function=function)
@@ -192,6 +223,10 @@ class Recorder:
         self.mark(outputs)
         if top[3]:
             return  # beneath a composite the release registers: not the NPU's operators
+        if self._npu_nodes:
+            node = torch._C._current_autograd_node()
+            if node is not None and id(node) in self._npu_nodes:
+                return
         name, overload = func._schema.name, func._overloadname
         site = top[1] or self.site()
         sparse = any(t.layout != torch.strided for t in inputs)
@@ -235,12 +270,28 @@ class Recorder:
             self.mark(out)  # x.to(device) on the CPU target returns x itself: nothing was dispatched
         if parent is not None:
             self.add(parent[0], parent[1], parent[2], device_args, site, name)
+            if parent[2] is Verdict.NPU:
+                self._note_nodes(out, device_args)
         short = getattr(func, "__name__", "")
         if device_args and short in _HOST_READS:
             self.add_sync(f"Tensor.{short}", site)
         elif device_args and short == "to" and self._to_host(args, kwargs):
             self.add_sync("Tensor.to(cpu)", site)
         return out
+
+    def _note_nodes(self, out: Any, inputs: list[torch.Tensor]) -> None:
+        """Remember the autograd nodes between ``out`` and ``inputs`` (the composite's own graph)."""
+        stop = {id(t.grad_fn) for t in inputs if t.grad_fn is not None}
+        pending = [t.grad_fn for t in _tensors(out if isinstance(out, (list, tuple)) else (out,))
+                   if t.grad_fn is not None]
+        while pending:
+            node = pending.pop()
+            if node is None or id(node) in stop or id(node) in self._npu_nodes:
+                continue
+            if type(node).__name__ == "AccumulateGrad":
+                continue
+            self._npu_nodes[id(node)] = node
+            pending.extend(n for n, _ in node.next_functions)
 
     def _to_host(self, args: tuple, kwargs: dict) -> bool:
         for value in (*args[1:], kwargs.get("device")):
@@ -265,6 +316,7 @@ class Recorder:
 
         def step_post(opt: Any, args: Any, kwargs: Any) -> None:
             self._in_step = max(0, self._in_step - 1)
+            self._npu_nodes.clear()  # the step's backward is over
             self.steps_done += 1
             if self.steps is not None and self.steps_done >= self.steps:
                 raise AuditDone(f"ended after --steps {self.steps}")
@@ -274,8 +326,26 @@ class Recorder:
                    optimizer.register_optimizer_step_pre_hook(step_pre),
                    optimizer.register_optimizer_step_post_hook(step_post)]
         self._undo.extend(h.remove for h in handles)
+        overrides = torch.overrides
+        original = overrides.has_torch_function
+        overrides.has_torch_function = has_torch_function
+        self._undo.append(lambda: setattr(overrides, "has_torch_function", original))
         if self.accelerator is None and self.target is not None:
             self._mark_modules()
+            self._neutral_device()
+
+    def _neutral_device(self) -> None:
+        """Scripts written against this toolkit (``nm.get_device()``) get the audited device too."""
+        from npu_migrate import device as _device
+
+        original = _device.get_device
+
+        def get_device(local_rank: int | None = None) -> torch.device:
+            found = original(local_rank)
+            return self.target if found.type == "cpu" else found
+
+        _device.get_device = get_device
+        self._undo.append(lambda: setattr(_device, "get_device", original))
 
     def _mark_modules(self) -> None:
         """``model.cuda()``/``model.to("cuda")``: their parameters and buffers go on the device."""

@@ -20,7 +20,8 @@ The rules, in order:
 
 1. ``npu::`` operators, and overloads the release registers (directly, or through their structured
    delegate), are ``npu``;
-2. other namespaces (``torchvision::nms``) have no NPU kernel: torch_npu's catch-all CPU fallback runs them;
+2. overloads torch itself implements for out-of-tree devices (``PrivateUse1``: c10d's collectives)
+   are ``npu``; other namespaces (``torchvision::nms``) are judged like aten's below;
 3. overloads with a ``CompositeImplicitAutograd`` or ``CompositeExplicitAutograd`` kernel run it on
    every backend: ``decomposed`` (their pieces are judged where the recorder sees them);
 4. anything else on a sparse tensor is an ``error`` (torch_npu's CPU fallback handles dense tensors only);
@@ -125,8 +126,10 @@ class Judge:
                 base, _, delegate_overload = delegate.partition(".")
                 if self.operators.registers(f"aten::{base}", delegate_overload or "default"):
                     return Verdict.NPU
-            if any(_has_kernel(op, overload, key) for key in _COMPOSITE_KEYS):
-                return Verdict.DECOMPOSED
+        if _has_kernel(op, overload, "PrivateUse1"):
+            return Verdict.NPU  # torch's own kernel for out-of-tree devices (c10d's collectives: hccl)
+        if any(_has_kernel(op, overload, key) for key in _COMPOSITE_KEYS):
+            return Verdict.DECOMPOSED
         return Verdict.ERROR if sparse else Verdict.CPU_FALLBACK
 
     def hint(self, op: str, overload: str, verdict: Verdict) -> str:
