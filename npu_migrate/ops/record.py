@@ -37,6 +37,7 @@ from __future__ import annotations
 import importlib
 import sys
 import threading
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -92,11 +93,13 @@ class Sync:
 
 def _function_name(func: Any) -> str:
     try:
-        name = torch.overrides.resolve_name(func)
+        with warnings.catch_warnings():  # torch 2.1 builds its table from deprecated torch.has_cuda & co.
+            warnings.simplefilter("ignore")
+            name = torch.overrides.resolve_name(func)
     except Exception:  # resolve_name reads attributes of arbitrary callables
         name = None
     if name:
-        return name
+        return name.replace("torch._VariableFunctionsClass.", "torch.")  # torch.randn's home in resolve_name
     module, qualname = getattr(func, "__module__", None), getattr(func, "__qualname__", None)
     return f"{module}.{qualname}" if module and qualname else getattr(func, "__name__", str(func))
 
@@ -281,7 +284,10 @@ class Recorder:
 
     def _note_nodes(self, out: Any, inputs: list[torch.Tensor]) -> None:
         """Remember the autograd nodes between ``out`` and ``inputs`` (the composite's own graph)."""
-        stop = {id(t.grad_fn) for t in inputs if t.grad_fn is not None}
+        # Held while walking: a node's Python object can be made afresh on each access, and a freed
+        # one's id can come back as another node's.
+        held = [t.grad_fn for t in inputs if t.grad_fn is not None]
+        stop = {id(n) for n in held}
         pending = [t.grad_fn for t in _tensors(out if isinstance(out, (list, tuple)) else (out,))
                    if t.grad_fn is not None]
         while pending:
