@@ -69,6 +69,7 @@ def test_transformer_fast_path_falls_back(tmp_path: Path, release: str) -> None:
     assert data["steps"] == 0 and data["ended"] == "the script ended"
     (fast,) = ops_named(data, "aten::_transformer_encoder_layer_fwd")
     assert fast["verdict"] == "cpu_fallback" and fast["count"] == 3 and fast["site"].endswith("transformer_eval.py:10")
+    assert "set_fastpath_enabled(False)" in fast["hint"]
 
 
 def test_sdpa_is_native_and_its_cpu_decomposition_is_not_reported(tmp_path: Path, release: str) -> None:
@@ -138,6 +139,19 @@ def test_markdown_file(tmp_path: Path, release: str) -> None:
     text = target.read_text()
     assert text.startswith(f"# Operator audit: ") and f"torch-npu {release}" in text
     assert "**Verdict: cpu_fallback**" in text and "aten::special_entr" in text
+
+
+def test_default_release_is_the_one_made_for_this_torch(tmp_path: Path, release: str) -> None:
+    """No --torch-npu and no torch_npu installed: the cached release whose METADATA requires this torch."""
+    import torch
+
+    from npu_migrate import releases
+
+    code, data = audit(tmp_path, "item_train.py")
+    wanted = ".".join(torch.__version__.split(".")[:2])
+    chosen = releases.find(data["torch_npu"], allow_download=False)
+    assert data["torch_npu"].startswith(wanted + ".") and wanted in (chosen.requires_torch or "")
+    assert code == 0
 
 
 def test_op_list_plain_file(tmp_path: Path) -> None:

@@ -87,6 +87,16 @@ def structured_delegates() -> dict[str, str]:
     return found
 
 
+# Advice for fallbacks that come from torch choosing a path, not from the model: our words, keyed by
+# the overload's name. Everything else gets the registered sibling overloads, or the general advice.
+_HINTS = {
+    "_transformer_encoder_layer_fwd": "nn.TransformerEncoderLayer's inference fast path: turn it off with "
+                                      "torch.backends.mha.set_fastpath_enabled(False) (torch >= 2.2)",
+    "_native_multi_head_attention": "nn.MultiheadAttention's inference fast path: turn it off with "
+                                    "torch.backends.mha.set_fastpath_enabled(False) (torch >= 2.2)",
+}
+
+
 def _has_kernel(op: str, overload: str, dispatch_key: str) -> bool:
     """Whether torch registers a kernel for ``dispatch_key`` (TorchScript-only overloads have none)."""
     try:
@@ -139,6 +149,8 @@ class Judge:
         namespace, _, name = op.rpartition("::")
         if verdict is Verdict.ERROR:
             return "sparse tensors have no CPU fallback on the NPU: densify (to_dense()) before this call"
+        if name in _HINTS:
+            return _HINTS[name]
         siblings = self.operators.overloads_of(name) if namespace == "aten" else []
         if siblings:
             return f"the release registers {', '.join('aten::' + s for s in siblings[:3])}: call that form instead"
