@@ -13,7 +13,9 @@ JSON (``FORMAT`` 1)::
 
     {"format": 1, "torch": "2.14.0", "torch_npu": "2.14.0", "op_list": "cache", "script": "train.py",
      "steps": 2, "ended": "...", "verdict": "cpu_fallback",
+     "requires_torch": "torch==2.14.0.*",
      "summary": {"npu": 812, "decomposed": 40, "cpu_fallback": 4, "error": 0},
+     "per_phase": {"forward": {"npu": 60.5, "decomposed": 12.0, "cpu_fallback": 2.0, "error": 0.0}, ...},
      "ops": [{"op": "aten::special_entr", "overload": "default", "verdict": "cpu_fallback", "count": 4,
               "per_step": 2.0, "dtypes": ["float32"], "site": "train.py:41", "phase": "forward",
               "function": "torch.special.entr", "hint": "..."}, ...],
@@ -21,7 +23,7 @@ JSON (``FORMAT`` 1)::
                "syncs": [{"what": "aten::_local_scalar_dense", "count": 2, "per_step": 1.0, "site": ...}]},
      "cuda_only": [{"name": "flash_attn", "site": "train.py:3", "advice": "...", "error": ""}]}
 
-``summary`` counts calls. ``verdict`` is the worst one met: ``error``, ``cpu_fallback``, else ``npu``.
+``summary`` counts calls; ``per_phase`` counts them per optimizer step (per run without steps). ``verdict`` is the worst one met: ``error``, ``cpu_fallback``, else ``npu``.
 """
 
 from __future__ import annotations
@@ -69,11 +71,15 @@ def build(recorder: Any, watch: Any, operators: Any, script: str, ended: str) ->
                for o in ops if any(d in _RISKY_DTYPES for d in o["dtypes"])]
     syncs = [{"what": s.what, "count": s.count, "per_step": round(s.count / per, 2), "site": _short(site)}
              for (what, site), s in sorted(recorder.syncs.items(), key=lambda kv: -kv[1].count)]
+    phases: dict[str, dict[str, float]] = {}
+    for o in ops:
+        row = phases.setdefault(o["phase"], {v.value: 0.0 for v in Verdict})
+        row[o["verdict"]] = round(row[o["verdict"]] + o["count"] / per, 2)
     worst = Verdict.ERROR if summary["error"] else Verdict.CPU_FALLBACK if summary["cpu_fallback"] else Verdict.NPU
     return {
         "format": FORMAT, "torch": torch.__version__.split("+")[0], "torch_npu": operators.release,
-        "op_list": operators.source, "script": script, "steps": recorder.steps_done, "ended": ended,
-        "verdict": worst.value, "summary": summary, "ops": ops,
+        "op_list": operators.source, "requires_torch": operators.requires_torch, "script": script, "steps": recorder.steps_done, "ended": ended,
+        "verdict": worst.value, "summary": summary, "per_phase": phases, "ops": ops,
         "risks": {"float64": float64, "syncs": syncs},
         "cuda_only": [{"name": f.name, "site": _short(f.site), "advice": f.advice, "error": f.error}
                       for f in watch.found],
@@ -83,6 +89,14 @@ def build(recorder: Any, watch: Any, operators: Any, script: str, ended: str) ->
 def exit_status(data: dict[str, Any]) -> int:
     """0 when every operator runs on the NPU (natively or decomposed), 1 when some fall back or fail."""
     return 1 if data["verdict"] != Verdict.NPU.value else 0
+
+
+_PHASE_ORDER = {"forward": 0, "backward": 1, "optimizer step": 2, "other": 3}
+
+
+def _series(version: str) -> str:
+    """``2.14`` for ``2.14.0``."""
+    return ".".join(version.split(".")[:2])
 
 
 def _cell(text: Any) -> str:
@@ -104,6 +118,16 @@ def to_markdown(data: dict[str, Any]) -> str:
         + (f" ({distinct} operator(s) to look at)." if bad else "."),
         "",
     ]
+    series = _series(data["torch"])
+    if data.get("requires_torch") and series and series not in data["requires_torch"]:
+        lines += [f"Note: torch-npu {_cell(data['torch_npu'])} requires {_cell(data['requires_torch'])}, and this is "
+                  f"torch {data['torch']}: operators the two torch versions decompose differently may be judged "
+                  "differently on the NPU host. Audit with the torch that release needs for exact verdicts.", ""]
+    if data.get("per_phase"):
+        lines += ["| phase | npu | decomposed | cpu_fallback | error |", "|---|---|---|---|---|"]
+        lines += [f"| {phase} | " + " | ".join(f"{row[v.value]:g}" for v in Verdict) + " |"
+                  for phase, row in sorted(data["per_phase"].items(), key=lambda kv: _PHASE_ORDER.get(kv[0], 9))]
+        lines += ["", "Calls per optimizer step (per run where the script made none).", ""]
     if bad:
         lines += ["## Operators that fall back or fail", "",
                   "| operator | verdict | per step | dtypes | phase | call site | called as | hint |",

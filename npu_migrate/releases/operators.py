@@ -28,7 +28,7 @@ second read in one process costs nothing and a first one well under a second.
 
 from __future__ import annotations
 
-import os
+import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,12 +54,14 @@ class OperatorList:
         source: ``installed``, ``cache``, ``downloaded`` or ``file``.
         aten: ``name.overload`` of every registered aten overload (``name`` alone for the default).
         custom: names of the release's own ``npu::`` operators.
+        requires_torch: the torch the release was made for (its METADATA), None for a file.
     """
 
     release: str
     source: str
     aten: frozenset[str]
     custom: frozenset[str]
+    requires_torch: str | None = None
 
     def registers(self, op: str, overload: str) -> bool:
         """Whether ``op`` (``aten::add``) with ``overload`` (``Tensor``, ``default``) is registered."""
@@ -126,7 +128,12 @@ def of_release(release: Release) -> OperatorList:
     stamp = release.location.stat().st_mtime if release.location.exists() else 0.0
     key = (str(release.location), stamp)
     if key not in _CACHE:
-        _CACHE[key] = parse(release.read_text(OPERATORS_YAML), release.version, release.source)
+        parsed = parse(release.read_text(OPERATORS_YAML), release.version, release.source)
+        try:
+            requires = release.requires_torch
+        except (OSError, KeyError):  # an installed package without its dist-info
+            requires = None
+        _CACHE[key] = dataclasses.replace(parsed, requires_torch=requires)
     return _CACHE[key]
 
 
