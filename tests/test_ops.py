@@ -154,6 +154,29 @@ def test_default_release_is_the_one_made_for_this_torch(tmp_path: Path, release:
     assert code == 0
 
 
+def test_meta_records_the_same_operators_without_memory(tmp_path: Path, release: str) -> None:
+    """--meta: the device's tensors are meta tensors; the same operators, plus the host-to-device copies."""
+    def seen(data: dict) -> set:
+        return {(o["op"], o["overload"], o["verdict"], o["phase"], o["count"], tuple(o["dtypes"]), o["site"])
+                for o in data["ops"]}
+
+    code, real = audit(tmp_path, "float64_train.py", release=release)
+    meta_code, fake = audit(tmp_path, "float64_train.py", "--meta", release=release)
+    assert (meta_code, fake["steps"]) == (code, 2)
+    extra = seen(fake) - seen(real)
+    assert {(op, phase) for op, _, _, phase, *_ in extra} == {("aten::_to_copy", "other")}  # x.cuda(): a real copy
+    assert not seen(real) - seen(fake)
+    # model.to(device, dtype=...) kept its dtype: the same float64 risks, and the copy's.
+    assert [r for r in fake["risks"]["float64"] if r["op"] != "aten::_to_copy"] == real["risks"]["float64"]
+
+
+def test_meta_host_reads_get_zeros_and_count(tmp_path: Path, release: str) -> None:
+    code, data = audit(tmp_path, "item_train.py", "--meta", release=release)
+    assert code == 0 and data["steps"] == 2
+    (sync,) = data["risks"]["syncs"]
+    assert (sync["what"], sync["per_step"]) == ("Tensor.item", 1.0) and sync["site"].endswith("item_train.py:15")
+
+
 def test_op_list_plain_file(tmp_path: Path) -> None:
     """Only what the list names is registered: everything else the step needs falls back."""
     listing = tmp_path / "ops.txt"

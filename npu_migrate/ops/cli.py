@@ -53,6 +53,9 @@ def build_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     parser.add_argument("--seconds", type=float, default=None,
                         help="End the script after this many seconds (for scripts without an optimizer; "
                              "default: no limit).")
+    parser.add_argument("--meta", action="store_true",
+                        help="Make the device's tensors on torch's meta device (shapes only, no memory), so a model "
+                             "too big for this machine can be audited; values read back on the host are zeros.")
     parser.add_argument("--json", dest="json_path", default=None, metavar="FILE",
                         help="Also write every recorded operator as JSON to FILE.")
     parser.add_argument("--markdown", dest="markdown_path", default=None, metavar="FILE",
@@ -163,7 +166,7 @@ def audit(args: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
     with one_rank():
         migrate.install(device="cpu", device_count=1, propagate=True)
         try:
-            recorder = Recorder(Judge(operators), steps=args.steps)
+            recorder = Recorder(Judge(operators), steps=args.steps, fake=args.meta)
             with Watch() as watch, recorder, time_limit(args.seconds):
                 try:
                     _run_script(args)

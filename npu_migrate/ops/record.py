@@ -49,6 +49,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 from npu_migrate.migrate import callers
 from npu_migrate.migrate.mapping import map_device, target_device
 from npu_migrate.migrate.state import STATE
+from npu_migrate.ops import meta
 from npu_migrate.ops.verdict import Judge, Verdict
 
 
@@ -140,7 +141,7 @@ def _tensors(values: Any) -> list[torch.Tensor]:
 class Recorder:
     """Records device operators while active (``with recorder:``); see the module docstring."""
 
-    def __init__(self, judge: Judge, steps: int | None = 2) -> None:
+    def __init__(self, judge: Judge, steps: int | None = 2, fake: bool = False) -> None:
         self.judge = judge
         self.steps = steps
         self.steps_done = 0
@@ -152,6 +153,9 @@ class Recorder:
         spec = STATE.target
         self.accelerator = spec.name if spec is not None and spec.is_accelerator else None
         self.target = target_device(0) if spec is not None and spec.name != "cuda" else None
+        self.fake = fake and self.accelerator is None  # --meta: the device's tensors are meta tensors
+        if self.fake:
+            self.accelerator = "meta"
         self._forward_depth = 0
         self._in_step = 0
         self._modes: list[Any] = []
@@ -251,8 +255,10 @@ class Recorder:
         """Run one torch function, noting what the dispatch mode needs to know about it."""
         stack = self._frame()
         target = self.target
-        seeded = target is not None and self.accelerator is None and (
+        seeded = target is not None and (self.accelerator is None or self.fake) and (
             any(a is target for a in args) or any(v is target for v in kwargs.values()))
+        if seeded and self.fake:
+            args, kwargs = meta.swap(args, kwargs, target)
         device_args = [t for t in (_tensors(args) + _tensors(kwargs.values()) if kwargs else _tensors(args))
                        if self.is_device(t)]
         if not device_args and not seeded:
@@ -264,6 +270,10 @@ class Recorder:
         parent = self.judge.composite_parent(func)
         name = _function_name(func)
         site = self.site()
+        short = getattr(func, "__name__", "")
+        if self.fake and device_args and short in meta.HOST_READS:
+            self.add_sync(f"Tensor.{short}", site)
+            return meta.stand_in(short, device_args[0])
         stack.append((name, site, seeded, parent is not None and parent[2] is Verdict.NPU))
         try:
             out = func(*args, **kwargs)
@@ -275,7 +285,6 @@ class Recorder:
             self.add(parent[0], parent[1], parent[2], device_args, site, name)
             if parent[2] is Verdict.NPU:
                 self._note_nodes(out, device_args)
-        short = getattr(func, "__name__", "")
         if device_args and short in _HOST_READS:
             self.add_sync(f"Tensor.{short}", site)
         elif device_args and short == "to" and self._to_host(args, kwargs):
@@ -336,7 +345,7 @@ class Recorder:
         original = overrides.has_torch_function
         overrides.has_torch_function = has_torch_function
         self._undo.append(lambda: setattr(overrides, "has_torch_function", original))
-        if self.accelerator is None and self.target is not None:
+        if (self.accelerator is None or self.fake) and self.target is not None:
             self._mark_modules()
             self._neutral_device()
 
@@ -355,13 +364,19 @@ class Recorder:
 
     def _mark_modules(self) -> None:
         """``model.cuda()``/``model.to("cuda")``: their parameters and buffers go on the device."""
+        module_to = torch.nn.Module.to
         for name in ("to", "cuda"):
             original = getattr(torch.nn.Module, name)
 
             def moved(mod: Any, *args: Any, __original: Any = original, __name: str = name, **kwargs: Any) -> Any:
-                out = __original(mod, *args, **kwargs)
                 device = kwargs.get("device", args[0] if args else None)
-                if __name == "cuda" or (device is not None and map_device(device) is not device):
+                to_device = __name == "cuda" or (device is not None and map_device(device) is not device)
+                if to_device and self.fake:  # the whole module onto shapes without storage
+                    rest = {k: v for k, v in kwargs.items() if k != "device"}
+                    return module_to(mod, meta.META, *(args[1:] if __name == "to" and "device" not in kwargs
+                                                       else ()), **(rest if __name == "to" else {}))
+                out = __original(mod, *args, **kwargs)
+                if to_device:
                     for tensor in (*mod.parameters(), *mod.buffers()):
                         self.on_device[tensor] = True
                 return out
