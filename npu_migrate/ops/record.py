@@ -29,12 +29,12 @@ never went to the device (data loading, the optimizer's CPU step counters) are n
 
 **Composites.** Where the release registers a composite operator itself (``matmul``,
 ``scaled_dot_product_attention``), the CPU decomposition recorded beneath the function is not the
-NPU's: the function's operator is recorded as ``npu`` in its place.
+NPU's: the function's operator is recorded as ``npu`` in its place, and so is the backward of the
+autograd nodes made beneath it. What is hooked into torch meanwhile: :mod:`npu_migrate.ops.hooks`.
 """
 
 from __future__ import annotations
 
-import importlib
 import sys
 import threading
 import warnings
@@ -47,17 +47,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.weak import WeakIdKeyDictionary
 
 from npu_migrate.migrate import callers
-from npu_migrate.migrate.mapping import map_device, target_device
+from npu_migrate.migrate.mapping import target_device
 from npu_migrate.migrate.state import STATE
-from npu_migrate.ops import meta
+from npu_migrate.ops import hooks, meta
+from npu_migrate.ops.hooks import AuditDone  # noqa: F401 (raised into the script; runners catch it from here)
 from npu_migrate.ops.verdict import Judge, Verdict
-
-
-class AuditDone(BaseException):
-    """Raised into the script when the audit has seen enough (``--steps`` optimizer steps, ``--seconds``).
-
-    A ``BaseException``, like ``SystemExit``, so the script's ``except Exception`` does not swallow it.
-    """
 
 
 PHASES = ("forward", "backward", "optimizer step", "other")
@@ -105,26 +99,6 @@ def _function_name(func: Any) -> str:
     return f"{module}.{qualname}" if module and qualname else getattr(func, "__name__", str(func))
 
 
-_TENSOR_FUNCTION = torch.Tensor.__torch_function__.__func__  # type: ignore[attr-defined]
-
-
-def has_torch_function(relevant_args: Any) -> bool:
-    """``torch.overrides.has_torch_function`` that ignores function modes (ours), not subclasses.
-
-    nn.MultiheadAttention and nn.TransformerEncoderLayer leave their fast path when any function
-    mode is active; on the NPU no mode is, so the audit must see the path the NPU takes.
-    """
-    for arg in relevant_args:
-        kind = type(arg)
-        if kind is torch.Tensor or kind is torch.nn.Parameter:
-            continue
-        impl = getattr(kind, "__torch_function__", None)
-        if impl is None or impl is torch._C._disabled_torch_function_impl:
-            continue
-        if getattr(impl, "__func__", None) is _TENSOR_FUNCTION:
-            continue
-        return True
-    return False
 
 
 def _tensors(values: Any) -> list[torch.Tensor]:
@@ -156,12 +130,12 @@ class Recorder:
         self.fake = fake and self.accelerator is None  # --meta: the device's tensors are meta tensors
         if self.fake:
             self.accelerator = "meta"
-        self._forward_depth = 0
-        self._in_step = 0
+        self.forward_depth = 0
+        self.in_step = 0
         self._modes: list[Any] = []
         # Autograd nodes made beneath a composite the release registers: their backward is the NPU's
         # own too. Keyed by id, holding the node (nodes take no weak references); cleared each step.
-        self._npu_nodes: dict[int, Any] = {}
+        self.npu_nodes: dict[int, Any] = {}
 
     # -- state of the calling thread --------------------------------------------------------------
     def _frame(self) -> list[Any]:
@@ -188,9 +162,9 @@ class Recorder:
         autograd graph from ``inputs``: the loss too), else ``other``."""
         if torch._C._current_autograd_node() is not None:
             return "backward"
-        if self._in_step:
+        if self.in_step:
             return "optimizer step"
-        if self._forward_depth or (torch.is_grad_enabled() and any(t.requires_grad for t in inputs)):
+        if self.forward_depth or (torch.is_grad_enabled() and any(t.requires_grad for t in inputs)):
             return "forward"
         return "other"
 
@@ -230,9 +204,9 @@ class Recorder:
         self.mark(outputs)
         if top[3]:
             return  # beneath a composite the release registers: not the NPU's operators
-        if self._npu_nodes:
+        if self.npu_nodes:
             node = torch._C._current_autograd_node()
-            if node is not None and id(node) in self._npu_nodes:
+            if node is not None and id(node) in self.npu_nodes:
                 return
         name, overload = func._schema.name, func._overloadname
         site = top[1] or self.site()
@@ -301,11 +275,11 @@ class Recorder:
                    if t.grad_fn is not None]
         while pending:
             node = pending.pop()
-            if node is None or id(node) in stop or id(node) in self._npu_nodes:
+            if node is None or id(node) in stop or id(node) in self.npu_nodes:
                 continue
             if type(node).__name__ == "AccumulateGrad":
                 continue
-            self._npu_nodes[id(node)] = node
+            self.npu_nodes[id(node)] = node
             pending.extend(n for n, _ in node.next_functions)
 
     def _to_host(self, args: tuple, kwargs: dict) -> bool:
@@ -315,77 +289,8 @@ class Recorder:
                 return True
         return False
 
-    # -- hooks --------------------------------------------------------------------------------------
-    def _hooks(self) -> None:
-        module = torch.nn.modules.module
-        optimizer = importlib.import_module("torch.optim.optimizer")
-
-        def forward_pre(mod: Any, inputs: Any) -> None:
-            self._forward_depth += 1
-
-        def forward_post(mod: Any, inputs: Any, output: Any) -> None:
-            self._forward_depth = max(0, self._forward_depth - 1)
-
-        def step_pre(opt: Any, args: Any, kwargs: Any) -> None:
-            self._in_step += 1
-
-        def step_post(opt: Any, args: Any, kwargs: Any) -> None:
-            self._in_step = max(0, self._in_step - 1)
-            self._npu_nodes.clear()  # the step's backward is over
-            self.steps_done += 1
-            if self.steps is not None and self.steps_done >= self.steps:
-                raise AuditDone(f"ended after --steps {self.steps}")
-
-        handles = [module.register_module_forward_pre_hook(forward_pre),
-                   module.register_module_forward_hook(forward_post, always_call=True),
-                   optimizer.register_optimizer_step_pre_hook(step_pre),
-                   optimizer.register_optimizer_step_post_hook(step_post)]
-        self._undo.extend(h.remove for h in handles)
-        overrides = torch.overrides
-        original = overrides.has_torch_function
-        overrides.has_torch_function = has_torch_function
-        self._undo.append(lambda: setattr(overrides, "has_torch_function", original))
-        if (self.accelerator is None or self.fake) and self.target is not None:
-            self._mark_modules()
-            self._neutral_device()
-
-    def _neutral_device(self) -> None:
-        """Scripts written against this toolkit (``nm.get_device()``) get the audited device too."""
-        from npu_migrate import device as _device
-
-        original = _device.get_device
-
-        def get_device(local_rank: int | None = None) -> torch.device:
-            found = original(local_rank)
-            return self.target if found.type == "cpu" else found
-
-        _device.get_device = get_device
-        self._undo.append(lambda: setattr(_device, "get_device", original))
-
-    def _mark_modules(self) -> None:
-        """``model.cuda()``/``model.to("cuda")``: their parameters and buffers go on the device."""
-        module_to = torch.nn.Module.to
-        for name in ("to", "cuda"):
-            original = getattr(torch.nn.Module, name)
-
-            def moved(mod: Any, *args: Any, __original: Any = original, __name: str = name, **kwargs: Any) -> Any:
-                device = kwargs.get("device", args[0] if args else None)
-                to_device = __name == "cuda" or (device is not None and map_device(device) is not device)
-                if to_device and self.fake:  # the whole module onto shapes without storage
-                    rest = {k: v for k, v in kwargs.items() if k != "device"}
-                    return module_to(mod, meta.META, *(args[1:] if __name == "to" and "device" not in kwargs
-                                                       else ()), **(rest if __name == "to" else {}))
-                out = __original(mod, *args, **kwargs)
-                if to_device:
-                    for tensor in (*mod.parameters(), *mod.buffers()):
-                        self.on_device[tensor] = True
-                return out
-
-            setattr(torch.nn.Module, name, moved)
-            self._undo.append(lambda n=name, o=original: setattr(torch.nn.Module, n, o))
-
     def __enter__(self) -> "Recorder":
-        self._hooks()
+        self._undo.extend(hooks.install(self))
         self._modes = [_FunctionMode(self), _DispatchMode(self)]
         for mode in self._modes:
             mode.__enter__()
