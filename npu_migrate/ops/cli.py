@@ -173,9 +173,8 @@ def audit(args: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
                 except AuditDone as exc:
                     ended = str(exc)
                 except SystemExit as exc:
-                    ended = f"the script exited ({exc.code})"
                     if exc.code not in (None, 0):
-                        failure = f"the script exited with {exc.code}"
+                        ended = failure = f"the script exited with {exc.code}"
                 except Exception as exc:  # the script's own failure: reported, not raised
                     if isinstance(exc, ImportError):
                         watch.failed(exc)

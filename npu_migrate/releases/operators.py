@@ -43,6 +43,7 @@ _ATEN_SECTIONS = ("supported", "symint", "quant", "autograd", "tocpu")
 _CUSTOM_SECTIONS = ("custom", "custom_autograd")
 _NAME = re.compile(r"^[A-Za-z_][\w.]*")
 _CACHE: dict[tuple[str, float], "OperatorList"] = {}
+_INDEX_TIMEOUT_S = 60  # `pip index versions` asks the index once; a slow mirror answers within this
 
 
 @dataclass(frozen=True)
@@ -193,7 +194,7 @@ def _index_versions() -> list[str]:
 
     command = [sys.executable, "-m", "pip", "index", "versions", "torch-npu", "--disable-pip-version-check"]
     try:
-        out = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False).stdout
+        out = subprocess.run(command, capture_output=True, text=True, timeout=_INDEX_TIMEOUT_S, check=False).stdout
     except (OSError, subprocess.TimeoutExpired):
         return []
     match = re.search(r"Available versions:\s*(.+)", out)
