@@ -177,6 +177,27 @@ def test_meta_host_reads_get_zeros_and_count(tmp_path: Path, release: str) -> No
     assert (sync["what"], sync["per_step"]) == ("Tensor.item", 1.0) and sync["site"].endswith("item_train.py:15")
 
 
+def test_operator_lists_of_both_releases(release: str) -> None:
+    """What the wheel's YAML says, read with pyyaml and with the reader used where pyyaml is missing."""
+    import yaml
+
+    from npu_migrate import releases
+    from npu_migrate.releases import operators
+
+    text = releases.find(release, allow_download=False).read_text(operators.OPERATORS_YAML)
+    with_yaml = yaml.safe_load(text)
+    by_hand = operators.read_codegen_yaml(text)
+    for section in ("supported", "symint", "quant", "autograd", "custom"):
+        names = [operators.entry_name(e) for e in with_yaml.get(section) or []]
+        assert [operators.entry_name(e) for e in by_hand.get(section) or []] == names, section
+    listing = operators.of_release(releases.find(release, allow_download=False))
+    assert listing.release == release and listing.requires_torch.startswith("torch==" + release[:3])
+    assert len(with_yaml["supported"]) <= len(listing.aten)  # 1080 in 2.14.0, 1075 in 2.1.0.post17, plus symint...
+    assert listing.registers("aten::add", "Tensor") and listing.registers("aten::scaled_dot_product_attention", "default")
+    assert not listing.registers("aten::special_entr", "default") and not listing.registers("aten::special_entr", "out")
+    assert listing.registers("npu::npu_format_cast", "default") and "npu_format_cast" in listing.custom
+
+
 def test_op_list_plain_file(tmp_path: Path) -> None:
     """Only what the list names is registered: everything else the step needs falls back."""
     listing = tmp_path / "ops.txt"

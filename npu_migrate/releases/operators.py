@@ -80,7 +80,8 @@ class OperatorList:
         return sorted(k for k in self.aten if k == name or k.startswith(prefix))
 
 
-def _entry_name(entry: Any) -> str | None:
+def entry_name(entry: Any) -> str | None:
+    """``name.overload`` of one YAML entry (a name, or a mapping whose ``func`` is a name or a schema)."""
     text = entry.get("func") if isinstance(entry, dict) else entry
     if not isinstance(text, str):
         return None
@@ -97,16 +98,68 @@ def parse(text: str, release: str, source: str) -> OperatorList:
     data = _load_yaml(text)
     if not isinstance(data, dict) or not any(k in data for k in _ATEN_SECTIONS):
         raise ValueError(f"{release}: not a torch-npu operator YAML (no {'/'.join(_ATEN_SECTIONS[:2])} section)")
-    aten = {n for s in _ATEN_SECTIONS for n in map(_entry_name, data.get(s) or []) if n}
-    custom = {n.split(".")[0] for s in _CUSTOM_SECTIONS for n in map(_entry_name, data.get(s) or []) if n}
+    aten = {n for s in _ATEN_SECTIONS for n in map(entry_name, data.get(s) or []) if n}
+    custom = {n.split(".")[0] for s in _CUSTOM_SECTIONS for n in map(entry_name, data.get(s) or []) if n}
     return OperatorList(release, source, frozenset(aten), frozenset(custom))
 
 
 def _load_yaml(text: str) -> Any:
-    import yaml  # torch requires pyyaml (torchgen reads its own YAML with it)
-
+    try:
+        import yaml
+    except ImportError:  # torch does not require pyyaml: read the file's simple layout by hand
+        return read_codegen_yaml(text)
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the C loader reads 2.14.0's in ~0.1 s
     return yaml.load(text, Loader=loader)
+
+
+_KEY = re.compile(r"^([A-Za-z_]\w*):(?: (.*))?$")
+
+
+def _scalar(value: str) -> str:
+    value = value.strip()
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        return value[1:-1]
+    return value
+
+
+def read_codegen_yaml(text: str) -> dict[str, Any]:
+    """The codegen YAML's layout without a YAML library: top-level keys, each a scalar or a list of
+    scalars and one-level mappings (deeper keys, such as ``dispatch:``'s, are skipped).
+
+    Equal to ``yaml.safe_load`` on the sections :func:`parse` reads (a test checks both wheels).
+    """
+    data: dict[str, Any] = {}
+    section: list[Any] | None = None
+    item: dict[str, str] | None = None
+    for raw in text.splitlines():
+        stripped = raw.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        indent = len(raw) - len(raw.lstrip(" "))
+        if indent == 0 and not stripped.startswith("- "):
+            match = _KEY.match(stripped)
+            if match is None:
+                continue
+            if match.group(2) and match.group(2).strip() != "[]":
+                data[match.group(1)] = _scalar(match.group(2))
+                section = None
+            else:
+                section = data[match.group(1)] = []
+            item = None
+        elif stripped.startswith("- ") and indent <= 2 and section is not None:
+            body = stripped[2:]
+            match = _KEY.match(body)
+            if match is None:
+                section.append(_scalar(body))
+                item = None
+            else:
+                item = {match.group(1): _scalar(match.group(2) or "")}
+                section.append(item)
+        elif item is not None and indent == 2:  # the item's own keys; deeper ones are skipped
+            match = _KEY.match(stripped)
+            if match is not None:
+                item[match.group(1)] = _scalar(match.group(2) or "")
+    return data
 
 
 def parse_plain(text: str, name: str) -> OperatorList:
