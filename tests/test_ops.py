@@ -114,14 +114,23 @@ def test_mp_spawn_ddp_script_runs_as_one_rank(tmp_path: Path, release: str) -> N
     assert not ops_named(data, "aten::special_entr")
 
 
-def test_cuda_only_imports_are_listed(tmp_path: Path, release: str, capsys: pytest.CaptureFixture) -> None:
+def test_cuda_only_imports_are_listed(tmp_path: Path, release: str, capsys: pytest.CaptureFixture,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    for name in [m for m in sys.modules if m.split(".")[0] in ("apex", "flash_attn", "bitsandbytes")]:
+        monkeypatch.delitem(sys.modules, name)  # imported afresh, as in a new process
     code, data = audit(tmp_path, "cuda_only.py", release=release)
     assert code == 1
     names = {f["name"]: f for f in data["cuda_only"]}
-    assert set(names) == {"apex", "flash_attn"}
-    assert names["apex"]["site"].endswith("cuda_only.py:5") and names["apex"]["error"] == ""
-    assert names["flash_attn"]["error"].startswith("ModuleNotFoundError")
+    assert set(names) == {"apex", "flash_attn", "bitsandbytes"}
+    assert names["apex"]["site"].endswith("cuda_only.py:5") and names["flash_attn"]["site"].endswith("cuda_only.py:8")
+    # npu_migrate.libs serves flash_attn and apex under runtime migration: their imports work.
+    for served in ("apex", "flash_attn"):
+        assert names[served]["error"] == "" and "(npu-migrate run serves a shim)" in names[served]["advice"]
     assert "scaled_dot_product_attention" in names["flash_attn"]["advice"]
+    assert names["bitsandbytes"]["error"].startswith("ModuleNotFoundError")
+    assert "shim" not in names["bitsandbytes"]["advice"]
     captured = capsys.readouterr()
     assert "## CUDA-only code" in captured.out
     assert "npu-migrate ops: the script failed: ModuleNotFoundError" in captured.err

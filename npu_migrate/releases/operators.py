@@ -9,7 +9,6 @@ Usage::
     ops.registers("aten::special_entr", "default")  # False: runs on the host (CPU fallback)
     len(ops.aten)                                # 1080 (the `supported` section of 2.14.0)
     ops = operators.resolve(version=None, op_list=None)   # the audit's order of sources
-    operators.default_version("2.14.0+cpu")      # the newest release made for that torch
 
 Every wheel ships ``torch_npu/csrc/aten/npu_native_functions_by_codegen.yaml``. Its sections, as
 the wheels write them (2.1.0.post17 and 2.14.0):
@@ -34,7 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from npu_migrate.releases.wheels import Release, ReleaseNotFound, cache_dir, cached, find, installed
+from npu_migrate.releases import pairs
+from npu_migrate.releases.wheels import Release, ReleaseNotFound, cache_dir, find, installed
 
 OPERATORS_YAML = "torch_npu/csrc/aten/npu_native_functions_by_codegen.yaml"
 """Where a release lists the operators it registers (inside the wheel and the installed package)."""
@@ -43,7 +43,6 @@ _ATEN_SECTIONS = ("supported", "symint", "quant", "autograd", "tocpu")
 _CUSTOM_SECTIONS = ("custom", "custom_autograd")
 _NAME = re.compile(r"^[A-Za-z_][\w.]*")
 _CACHE: dict[tuple[str, float], "OperatorList"] = {}
-_INDEX_TIMEOUT_S = 60  # `pip index versions` asks the index once; a slow mirror answers within this
 
 
 @dataclass(frozen=True)
@@ -216,75 +215,12 @@ def from_file(path: str) -> OperatorList:
     return found
 
 
-def _major_minor(version: str) -> tuple[int, int] | None:
-    match = re.match(r"^(\d+)\.(\d+)", version.strip())
-    return (int(match.group(1)), int(match.group(2))) if match else None
-
-
-def _version_key(version: str) -> Any:
-    try:
-        from packaging.version import Version
-
-        return (0, Version(version))
-    except Exception:  # packaging missing or an odd version: order as written, after real ones
-        return (-1, version)
-
-
-def _requires_series(release: Release) -> tuple[int, int] | None:
-    """The torch major.minor a release was made for, from its METADATA (else its own version)."""
-    try:
-        spec = release.requires_torch
-    except (OSError, KeyError):
-        spec = None
-    found = re.search(r"(\d+\.\d+)", spec or "")
-    return _major_minor(found.group(1) if found else release.version)
-
-
-def _index_versions() -> list[str]:
-    """Versions of torch-npu on the user's package index (``pip index versions``), or ``[]``."""
-    import subprocess
-    import sys
-
-    command = [sys.executable, "-m", "pip", "index", "versions", "torch-npu", "--disable-pip-version-check"]
-    try:
-        out = subprocess.run(command, capture_output=True, text=True, timeout=_INDEX_TIMEOUT_S, check=False).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    match = re.search(r"Available versions:\s*(.+)", out)
-    return [v.strip() for v in match.group(1).split(",")] if match else []
-
-
-def default_version(torch_version: str, *, allow_index: bool = True) -> str:
-    """The release made for ``torch_version``: the newest cached wheel whose METADATA requires that
-    torch major.minor, else the newest such version on the package index.
-
-    Raises:
-        ReleaseNotFound: none is cached and the index is unreachable or has none.
-    """
-    series = _major_minor(torch_version)
-    candidates = []
-    directory = cache_dir()
-    for path in sorted(directory.glob("torch_npu-*.whl")) if directory.is_dir() else []:
-        version = path.name.split("-")[1]
-        release = cached(version)
-        if release is not None and _requires_series(release) == series:
-            candidates.append(release.version)
-    if not candidates and allow_index:
-        candidates = [v for v in _index_versions() if _major_minor(v) == series]
-    if not candidates:
-        raise ReleaseNotFound(
-            f"no torch-npu release for torch {torch_version} is cached in {directory} and the package index "
-            f"lists none: pass --torch-npu VERSION, or --op-list FILE, or run `pip download --no-deps "
-            f"-d {directory} torch-npu==VERSION` where the index is reachable."
-        )
-    return max(candidates, key=_version_key)
-
-
 def resolve(version: str | None = None, op_list: str | None = None, torch_version: str | None = None) -> OperatorList:
     """The operator list an audit judges against.
 
     ``op_list`` (a file) if given; else release ``version`` (installed, cached, or downloaded once);
-    else the installed torch_npu; else the release made for ``torch_version``.
+    else the installed torch_npu; else the newest release made for ``torch_version``'s line
+    (:func:`npu_migrate.releases.pairs.same_line` in the cache, else downloaded once).
 
     Raises:
         UsageError: a bad ``op_list``; ReleaseNotFound: no release reachable (one line, with the fix).
@@ -300,4 +236,13 @@ def resolve(version: str | None = None, op_list: str | None = None, torch_versio
         import torch
 
         torch_version = torch.__version__
-    return of_release(find(default_version(torch_version)))
+    release = pairs.same_line(torch_version)  # the newest cached release made for this torch's line
+    if release is None:
+        try:
+            release = pairs.fetch_pairing(torch_version)  # downloaded once from the index
+        except ReleaseNotFound as exc:
+            raise ReleaseNotFound(
+                f"no torch-npu release for torch {torch_version} is cached in {cache_dir()} and none could be "
+                f"downloaded ({exc}). Pass --torch-npu VERSION or --op-list FILE."
+            ) from exc
+    return of_release(release)

@@ -1,4 +1,4 @@
-"""Imports CUDA-only libraries: apex optionally, flash_attn unconditionally (it is not installed here)."""
+"""Imports CUDA-only libraries: apex optionally, flash_attn, then bitsandbytes (not installed here)."""
 import torch
 
 try:
@@ -6,3 +6,4 @@ try:
 except ImportError:
     apex = None
 from flash_attn import flash_attn_func  # noqa: E402,F401
+import bitsandbytes  # noqa: E402,F401
