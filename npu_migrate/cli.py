@@ -59,6 +59,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("run", "npu_migrate.migrate.cli", "Run an unmodified CUDA script with its CUDA calls sent to this machine's devices."),
     Command("port", "npu_migrate.port.cli", "Rewrite CUDA-only (or NPU-only) source into device-neutral source.", False),
     Command("check", "npu_migrate.port.cli", "List what needs porting as path:line:col NMxxx message; exit 1 if anything does.", False),
+    Command("ops", "npu_migrate.ops.cli", "Audit which operators of a CUDA script the NPU runs or sends to the host."),
     Command("compare", "npu_migrate.compare.cli", "Compare two runs' losses and per-module statistics; name the first culprit.", False),
     Command("stacks", "npu_migrate.launch.stacks", "Print every rank's Python stack of a running launcher (PID).", False),
 )

@@ -106,6 +106,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Before the script, all-reduce once on the job's backend across every rank and "
                              "name the rank, host or interface that cannot be reached (default: off; it costs "
                              "one more start of the ranks' processes and a group join).")
+    parser.add_argument("--strict-ops", "--strict_ops", dest="strict_ops", action="store_true",
+                        help="Set TORCH_NPU_FALLBACK_CPU_DISABLE=1 for the job: an operator the NPU lacks fails "
+                             "instead of running on the CPU (torch_npu's fallback lines are listed per rank either way).")
     parser.add_argument("--migrate", action="store_true",
                         help="Runtime migration: the script's CUDA calls go to the chosen device (npu, or cpu for tests).")
     parser.add_argument("--migrate-report", dest="migrate_report", default=None,
@@ -217,6 +220,8 @@ def run(args: argparse.Namespace) -> int:
 
         report_dir = tempfile.mkdtemp(prefix="npu_migrate_report_") if args.migrate_report else None
         migrate_env.export_environment(args.device, args.nproc or 1, report_dir)
+    if args.strict_ops:  # before the fork server starts: every worker inherits it
+        os.environ["TORCH_NPU_FALLBACK_CPU_DISABLE"] = "1"
     methods: list[str] = []
     try:
         cfg = make_config(args.nproc, args.nnodes, args.node_rank, args.addr, args.port, args.device,
@@ -241,6 +246,10 @@ def run(args: argparse.Namespace) -> int:
         stop_fork_server()
         raise
     finally:
+        from npu_migrate.ops import npu_lines
+
+        for line in npu_lines.COLLECTED.summary():
+            say(line)
         if report_dir:
             from npu_migrate.migrate.cli import write_report
 

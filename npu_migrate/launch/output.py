@@ -62,6 +62,7 @@ from typing import Any
 
 from npu_migrate import fileio
 from npu_migrate.launch.errors import LaunchUsageError, say
+from npu_migrate.ops import npu_lines
 
 logger = logging.getLogger(__name__)
 
@@ -247,14 +248,15 @@ def attach(run_dir: str, local_rank: int) -> bool:
 class _Stream:
     """One worker stream: its read end, the cut-off tail, and where whole lines go."""
 
-    __slots__ = ("fd", "console", "prefix", "file", "tail")
+    __slots__ = ("fd", "console", "prefix", "file", "tail", "rank")
 
-    def __init__(self, fd: int, console: int | None, prefix: bytes, file: int | None) -> None:
+    def __init__(self, fd: int, console: int | None, prefix: bytes, file: int | None, rank: int = -1) -> None:
         self.fd = fd
         self.console = console
         self.prefix = prefix
         self.file = file
         self.tail = b""
+        self.rank = rank  # global rank: torch_npu's lines are counted per rank (npu_migrate.ops.npu_lines)
 
 
 class Relay:
@@ -311,7 +313,7 @@ class Relay:
                     fcntl.fcntl(fd, _F_SETPIPE_SZ, READ_SIZE)  # fewer wake-ups; over the limit it stays 64 KiB
                 except OSError:
                     pass
-                stream = _Stream(fd, console if shown else None, prefix, file)
+                stream = _Stream(fd, console if shown else None, prefix, file, rank)
                 self._streams.append(stream)
                 self._selector.register(fd, selectors.EVENT_READ, stream)
         self._thread = threading.Thread(target=self._loop, name="npu_migrate-output-relay", daemon=True)
@@ -375,6 +377,7 @@ class Relay:
 
     def _emit(self, stream: _Stream, whole: bytes) -> None:
         """Write whole lines (ending in \\n or \\r) to the log file and, prefixed, the console."""
+        npu_lines.COLLECTED.feed(stream.rank, whole)  # torch_npu's fallback/AiCPU/float64 lines, per rank
         if stream.file is not None:
             try:
                 _write_all(stream.file, whole)

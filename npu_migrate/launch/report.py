@@ -14,7 +14,8 @@ it (chosen by when it happened, across nodes). Layout (``version`` 1)::
      "hang": {"summary": "...", "behind": [1], "states": {...}, "stacks": {"0": "...", ...}} | null,
      "ranks": [{"rank": 0, "local_rank": 0, "pid": 123, "exit_code": -15, "signal": "SIGTERM",
                 "stopped_by_launcher": true, "first_failure": false, "exc_type": null,
-                "message": null, "traceback": null, "hint": null}, ...]}
+                "message": null, "traceback": null, "hint": null}, ...],
+     "npu_warnings": {"0": {"cpu_fallback": {"aten::isin.Tensor_Tensor_out": 3}, "aicpu": {...}}}}
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from npu_migrate import fileio, redact
+from npu_migrate.ops import npu_lines
 
 VERSION = 1
 
@@ -74,6 +76,7 @@ def build(node_rank: int, exit_code: int, outcome: str, ranks: list[RankExit],
         "first_failure": first_failure,
         "hang": hang,
         "ranks": [asdict(r) for r in ranks],
+        "npu_warnings": npu_lines.COLLECTED.by_rank(),  # torch_npu's fallback/AiCPU/float64 lines per rank
     }
 
 
