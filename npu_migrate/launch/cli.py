@@ -25,6 +25,7 @@ from typing import Any
 from npu_migrate import autoload
 from npu_migrate.argparsing import OneLineParser
 from npu_migrate.errors import NpuMigrateError, exit_code
+from npu_migrate.launch import authstore
 from npu_migrate.launch.config import (
     CONTROL_PORT_OFFSET,
     DEFAULT_NODE_TIMEOUT,
@@ -100,6 +101,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Write a JSON report of every rank's exit status, signal, traceback, first failure "
                              "and hang to FILE when the job ends (also report-node{K}.json in --log-dir). "
                              "`kill -USR1 <launcher pid>` or `npu-migrate stacks PID` prints every rank's stack.")
+    parser.add_argument("--secret-file", "--secret_file", dest="secret_file", default=None, metavar="FILE",
+                        help="Sign every value of the launchers' store with the secret in FILE (mode 0600, the "
+                             "same on every node; default: NPU_MIGRATE_JOB_SECRET, else none): a process "
+                             "that reaches the port cannot then run code in, end or steer the job. See docs/security.md.")
     parser.add_argument("--preflight", action=argparse.BooleanOptionalAction, default=None,
                         help="Before the script, all-reduce once on the job's backend across every rank and "
                              "name the rank, host or interface that cannot be reached (default: off; it costs "
@@ -180,6 +185,9 @@ def run(args: argparse.Namespace) -> int:
 
         report_dir = tempfile.mkdtemp(prefix="npu_migrate_report_") if args.migrate_report else None
         migrate_env.export_environment(args.device, args.nproc or 1, report_dir)
+    # Read once, then out of the environment the fork server and the workers inherit.
+    authstore.use_secret(authstore.load_secret(args.secret_file))
+    os.environ.pop(authstore.SECRET_ENV, None)
     methods: list[str] = []
     try:
         cfg = make_config(args.nproc, args.nnodes, args.node_rank, args.addr, args.port, args.device,
