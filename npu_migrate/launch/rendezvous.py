@@ -303,10 +303,13 @@ class Rendezvous:
 
     def _read_token(self) -> str:
         deadline = time.monotonic() + 30
-        while (token := _peek(self.store, JOB_KEY)) is None:
+        while True:
             mismatch = self._secret_mismatch()
             if mismatch:
                 raise LaunchError(mismatch)
+            token = _peek(self.store, JOB_KEY)
+            if token is not None:
+                break
             if time.monotonic() > deadline:
                 return "(none)"
             time.sleep(0.05)

@@ -167,8 +167,9 @@ def test_a_secret_file_others_can_read_is_refused(tmp_path: Path) -> None:
     secret.chmod(0o644)
     result = run_cli("launch", "--secret-file", str(secret), "--dry-run", "--device-num", "1", str(JOB))
     assert result.returncode == 2
-    assert result.stderr.strip() == (f"npu-migrate launch: error: --secret-file {str(secret)!r} has mode 0644, "
-                                     f"readable by others: expected 0600 or stricter. Run `chmod 600 {secret}`.")
+    assert result.stderr.strip().endswith(f"error: --secret-file {str(secret)!r} has mode 0644, readable by "
+                                          f"others: expected 0600 or stricter. Run `chmod 600 {secret}`.")
+    assert len(result.stderr.strip().splitlines()) == 1
     secret.chmod(0o600)
     short = tmp_path / "short"
     short.write_text("abc")
