@@ -198,3 +198,49 @@ def test_the_secret_reaches_no_worker(tmp_path: Path) -> None:
             assert SECRET not in seen and "NPU_MIGRATE_JOB_SECRET" not in seen
             assert "'TORCHELASTIC_USE_AGENT_STORE': 'True'" in seen
             os.unlink(tmp_path / f"env{rank}")
+
+
+@pytest.mark.parametrize("secret", [False, True], ids=["without a secret", "with a secret"])
+def test_a_forged_claim_of_a_node_rank(tmp_path: Path, secret: bool) -> None:
+    """An attacker claims node rank 1 before node 1 comes, and keeps the fake owner's heartbeat moving."""
+    import threading
+
+    port = two_free_ports()
+    env = {"NPU_MIGRATE_JOB_SECRET": SECRET} if secret else {}
+    args = ["--nnodes", "2", "--device-num", "1", "--addr", "127.0.0.1", "--port", str(port),
+            "--join-timeout", "300", "--node-timeout", "5", str(JOB), "--sleep", "0"]
+    node0 = Launch(tmp_path, "--node-rank", "0", *args, name="node0", **env)
+    stop_beating = threading.Event()
+    try:
+        wait_until(lambda: _store_up(port), "node 0 serves its store")
+        store, job = attacker(port)
+        claim = json.dumps({"owner": "evil", "host": "evil", "pid": 1})
+        store.set(f"npu_migrate/{job}/claim/1", pad(claim))
+
+        def beat_forever() -> None:
+            while not stop_beating.wait(0.2):
+                try:
+                    store.add(f"npu_migrate/{job}/alive/evil", 1)
+                except Exception:  # noqa: BLE001 - node 0 has ended
+                    return
+
+        beat = threading.Thread(target=beat_forever)
+        beat.start()
+        node1 = Launch(tmp_path, "--node-rank", "1", *args, name="node1", **env)
+        codes = [node0.wait(), node1.wait()]
+    finally:
+        stop_beating.set()
+        stop(node0)
+    if secret:
+        assert codes == [0, 0], node1.err
+        assert node1.err.count(REFUSED + f"npu_migrate/{job}/claim/1") == 1
+    else:
+        assert codes == [1, 1]
+        assert "node rank 1 is already taken by the launcher on host evil" in node1.err
+
+
+def _store_up(port: int) -> bool:
+    import socket
+
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port + 1)) == 0
