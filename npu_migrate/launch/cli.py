@@ -156,6 +156,9 @@ def run(args: argparse.Namespace) -> int:
         if not os.path.isfile(args.script):
             raise LaunchUsageError(f"script {args.script!r} not found (working directory {os.getcwd()}).")
         target = Target(script=args.script, args=tuple(args.script_args))
+    # Read once, then out of the environment the fork server and the workers inherit.
+    authstore.use_secret(authstore.load_secret(args.secret_file))
+    os.environ.pop(authstore.SECRET_ENV, None)
     # Internal: --inherit-output keeps the workers on the launcher's descriptors (the benchmark's
     # baseline for the relay's cost); it takes none of the relay's flags.
     relayed = any((args.log_dir, args.tee, args.log_append, args.prefix_template is not None, args.ranks_filter))
@@ -185,9 +188,6 @@ def run(args: argparse.Namespace) -> int:
 
         report_dir = tempfile.mkdtemp(prefix="npu_migrate_report_") if args.migrate_report else None
         migrate_env.export_environment(args.device, args.nproc or 1, report_dir)
-    # Read once, then out of the environment the fork server and the workers inherit.
-    authstore.use_secret(authstore.load_secret(args.secret_file))
-    os.environ.pop(authstore.SECRET_ENV, None)
     methods: list[str] = []
     try:
         cfg = make_config(args.nproc, args.nnodes, args.node_rank, args.addr, args.port, args.device,
