@@ -26,6 +26,7 @@ from typing import Any
 from npu_migrate import autoload
 from npu_migrate.argparsing import OneLineParser
 from npu_migrate.errors import NpuMigrateError, exit_code
+from npu_migrate.launch import authstore
 from npu_migrate.launch.config import (
     CONTROL_PORT_OFFSET,
     DEFAULT_NODE_TIMEOUT,
@@ -102,6 +103,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Write a JSON report of every rank's exit status, signal, traceback, first failure "
                              "and hang to FILE when the job ends (also report-node{K}.json in --log-dir). "
                              "`kill -USR1 <launcher pid>` or `npu-migrate stacks PID` prints every rank's stack.")
+    parser.add_argument("--secret-file", "--secret_file", dest="secret_file", default=None, metavar="FILE",
+                        help="Sign every value of the launchers' store with the secret in FILE (mode 0600, the "
+                             "same on every node; default: NPU_MIGRATE_JOB_SECRET, else none): a process "
+                             "that reaches the port cannot then run code in, end or steer the job. See docs/security.md.")
     parser.add_argument("--preflight", action=argparse.BooleanOptionalAction, default=None,
                         help="Before the script, all-reduce once on the job's backend across every rank and "
                              "name the rank, host or interface that cannot be reached (default: off; it costs "
@@ -191,6 +196,9 @@ def run(args: argparse.Namespace) -> int:
         if not os.path.isfile(args.script):
             raise LaunchUsageError(f"script {args.script!r} not found (working directory {os.getcwd()}).")
         target = Target(script=args.script, args=tuple(args.script_args))
+    # Read once, then out of the environment the fork server and the workers inherit.
+    authstore.use_secret(authstore.load_secret(args.secret_file))
+    os.environ.pop(authstore.SECRET_ENV, None)
     # Internal: --inherit-output keeps the workers on the launcher's descriptors (the benchmark's
     # baseline for the relay's cost); it takes none of the relay's flags.
     relayed = any((args.log_dir, args.tee, args.log_append, args.prefix_template is not None, args.ranks_filter))

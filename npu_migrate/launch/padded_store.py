@@ -68,5 +68,14 @@ class PaddedStore:
     def compare_set(self, key: str, expected: str | bytes, desired: str | bytes) -> bytes:
         return unpad(self.raw.compare_set(key, pad(expected), pad(desired)))
 
+    def swap(self, key: str, stored: bytes, desired: str | bytes) -> tuple[bytes, bytes]:
+        """``compare_set`` against the exact bytes ``stored`` (padded or not); returns (stored bytes, value).
+
+        For :class:`~npu_migrate.launch.authstore.AuthStore`, which replaces a value it refused
+        whatever its form (another writer need not have padded it).
+        """
+        now = self.raw.compare_set(key, stored, pad(desired))
+        return now, unpad(now)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self.raw, name)

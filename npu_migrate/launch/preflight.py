@@ -50,7 +50,7 @@ def preflight_main(local_rank: int, cfg: LaunchConfig, run_dir: str, timeout: fl
 
         from npu_migrate import device as _device
 
-        store = dist.TCPStore(cfg.addr, cfg.port, world, rank == 0, timedelta(seconds=timeout), wait_for_workers=False)
+        store = dist.TCPStore(cfg.addr, cfg.port, world, False, timedelta(seconds=timeout))  # node 0's launcher serves it
         store.set(f"npu_migrate/preflight/{rank}", json.dumps(me))
         dist.init_process_group(cfg.backend, store=dist.PrefixStore("npu_migrate/preflight/pg", store), rank=rank,
                                 world_size=world, timeout=timedelta(seconds=timeout))

@@ -58,8 +58,12 @@ is accepted when the ranks are exactly ``0..nnodes-1``.
 Node 0 holds the store: if node 0 is lost, the other nodes end the job even with
 ``--max-restarts`` (a new node 0 would serve an empty store that the survivors do not know).
 
-The token is a namespace, not a secret: anyone who can reach ``--port + 1`` and knows it can
-write there, as with torchrun's c10d rendezvous. Keep that port inside the cluster's network.
+The token is a namespace, not a secret. Node 0 serves the store on ``--addr`` only
+(:mod:`.stores`), but anyone who reaches ``--port + 1`` can read and write every key there, as
+with torchrun's c10d rendezvous: torch's rendezvous state is a pickle, so that is code execution
+in every launcher. With a job secret (``NPU_MIGRATE_JOB_SECRET`` or ``--secret-file``, the same
+on every node) every value above, counters included, is signed and checked before it is used
+(:mod:`.authstore`); a node with another secret, or none, is refused in one line.
 """
 
 from __future__ import annotations
@@ -76,10 +80,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable
 
-from npu_migrate.launch import cluster
+from npu_migrate.launch import authstore, cluster, stores
 from npu_migrate.launch.config import CONTROL_PORT_OFFSET, LaunchConfig
 from npu_migrate.launch.errors import LaunchError, first_line
-from npu_migrate.launch.padded_store import PaddedStore
 from npu_migrate.launch.signals import Interrupted, Signals, run_interruptibly
 from npu_migrate.textsafe import printable
 
@@ -168,6 +171,8 @@ class Rendezvous:
         found = cluster.interface_for(cfg.addr)
         self.local_ip = found[1] if found else None
         self.host = f"{_describe_host()} ({self.local_ip})" if self.local_ip else _describe_host()
+        self.secret = authstore.job_secret()  # None: values are not signed (as before)
+        self._server: Any = None  # node 0: the store server itself (see :mod:`.stores`)
         self.store: Any = None
         self._watch_store: Any = None
         self._handler: Any = None
@@ -229,12 +234,11 @@ class Rendezvous:
             raise JobEvent(event)
 
     def _make_store(self, master: bool, timeout: float) -> Any:
-        from torch.distributed import TCPStore
-
+        """Node 0's store server (on ``--addr`` only) or a client of it: padded, and signed with a secret."""
         port = self.cfg.port + CONTROL_PORT_OFFSET
         if master:
-            return PaddedStore(TCPStore("0.0.0.0", port, None, True, timedelta(seconds=timeout), wait_for_workers=False))
-        return PaddedStore(TCPStore(self.cfg.addr, port, None, False, timedelta(seconds=timeout)))
+            self._server = stores.serve(self.cfg.addr, port, timeout)
+        return authstore.wrap(stores.client(self.cfg.addr, port, timeout), self.secret)
 
     # -- phase 1: connect, check the token, claim the node rank
 
@@ -282,9 +286,32 @@ class Rendezvous:
         self._wait(self._claim, "claim")
         self._claimed = True
 
+    def _secret_mismatch(self) -> str | None:
+        """Why node 0's token cannot be read with this node's secret (or lack of one), if so."""
+        padded = getattr(self.store, "inner", self.store)  # below the signing
+        raw = _peek(padded, JOB_KEY)
+        if raw is None:
+            return None
+        where = f"node 0's launcher at {self.cfg.addr}:{self.cfg.port + CONTROL_PORT_OFFSET}"
+        fix = (f"set {authstore.SECRET_ENV} (or --secret-file) to the same value on every node, or on none.")
+        signed = authstore.is_signed(raw.encode())
+        if self.secret is None:
+            return f"{where} uses a job secret and this node has none: {fix}" if signed else None
+        if not signed:
+            return f"{where} has no job secret but this node has one: {fix}"
+        if authstore.verify(self.secret, JOB_KEY, raw.encode()) is None:
+            return f"{where} uses another job secret than this node: {fix}"
+        return None
+
     def _read_token(self) -> str:
         deadline = time.monotonic() + 30
-        while (token := _peek(self.store, JOB_KEY)) is None:
+        while True:
+            mismatch = self._secret_mismatch()
+            if mismatch:
+                raise LaunchError(mismatch)
+            token = _peek(self.store, JOB_KEY)
+            if token is not None:
+                break
             if time.monotonic() > deadline:
                 return "(none)"
             time.sleep(0.05)
@@ -515,7 +542,7 @@ class Rendezvous:
                 store, hrank, hworld = self._wait(self._next_round, "rendezvous")
                 gen = self._wait(lambda: _peek(self.store, self._key("gen")), "generation")
                 self.generation = max(self.generation, int(gen or 0))
-                members = self._wait(lambda: self._exchange(PaddedStore(store), hrank, hworld), "members")
+                members = self._wait(lambda: self._exchange(authstore.wrap(store, self.secret), hrank, hworld), "members")
             except (JobEvent, LaunchError, Interrupted):
                 raise
             except Exception as exc:  # noqa: BLE001 - RendezvousError and store errors from torch

@@ -164,8 +164,10 @@ def process_start(pid: int) -> str | None:
 
 
 def make_run_dir() -> str:
-    """The launcher's run directory, named after its pid (see :func:`mark_launcher`)."""
-    return tempfile.mkdtemp(prefix=f"npu_migrate_launch_{os.getpid()}_")
+    """The launcher's run directory, named after its pid (see :func:`mark_launcher`; :mod:`.rundir`)."""
+    from npu_migrate.launch import rundir
+
+    return rundir.create()
 
 
 def mark_launcher(run_dir: str) -> None:

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from npu_migrate.errors import NpuMigrateError
-from npu_migrate.launch import flight, hints, report, stacks
+from npu_migrate.launch import flight, hints, report, rundir, stacks, stores
 from npu_migrate.launch.config import DEFAULT_NODE_TIMEOUT, LaunchConfig, Target, make_config
 from npu_migrate.launch.errors import JobFailed, LaunchError, first_line, say
 from npu_migrate.launch.forkserver import start_fork_server, stop_fork_server
@@ -153,6 +153,8 @@ class Job:
         self._outcome = "starting"
         self.relay: Relay | None = None
         self.attempt = 0
+        # Node 0 serves MASTER_PORT for every rank, on the job's address only (:mod:`.stores`).
+        self.ranks_store = stores.RankStore(cfg.addr, cfg.port) if cfg.node_rank == 0 else None
 
     # -- process handling
 
@@ -161,7 +163,7 @@ class Job:
 
         self._drain()
         for name in os.listdir(self.error_dir):
-            if name != "launcher.json":
+            if name not in ("launcher.json", rundir.LOCK):
                 os.unlink(os.path.join(self.error_dir, name))
         self._exit_seen = {}
         self._stopped = set()
@@ -373,9 +375,9 @@ class Job:
                 self._drain()
                 if self.rdzv is not None:
                     self.rdzv.close()
-                for name in os.listdir(self.error_dir):
-                    os.unlink(os.path.join(self.error_dir, name))
-                os.rmdir(self.error_dir)
+                if self.ranks_store is not None:
+                    self.ranks_store.close()
+                rundir.remove(self.error_dir)
 
     def _write_report(self, code: int) -> None:
         """--error-file and report-node{K}.json in --log-dir: every rank's exit, the first failure, the hang."""
@@ -425,6 +427,7 @@ class Job:
             logger.info("node %s: %s", cfg.node_rank, self.phase)
             rdzv.connect()
         while True:
+            self._serve_ranks_store()
             if rdzv is not None:
                 self.phase = "waiting for nodes"
                 logger.info("node %s: %s", cfg.node_rank, self.phase)
@@ -513,6 +516,16 @@ class Job:
             other = "" if self._outcome == "hang" else " other"
             say(f"job failed: stopped {running}{other} rank(s) on node {cfg.node_rank}; exit code 1.")
             return 1
+
+    def _serve_ranks_store(self) -> None:
+        """Node 0: a new store on MASTER_PORT before this attempt's ranks (or pre-flight) start."""
+        if self.ranks_store is None:
+            return
+        try:
+            self.ranks_store.restart()
+        except (OSError, RuntimeError) as exc:
+            raise LaunchError(f"cannot serve the ranks' store on {self.cfg.addr}:{self.cfg.port} "
+                              f"({first_line(exc, 120)}): pick another --port, and an --addr of this host.") from None
 
     def _explain(self, outcome: str, detail: Any) -> tuple[str, list[str], bool]:
         """The console headline, detail lines and whether a restart can help, for a failure."""

@@ -31,7 +31,7 @@ import time
 import traceback
 from typing import Any
 
-from npu_migrate.launch import output
+from npu_migrate.launch import authstore, output, stores
 from npu_migrate.launch.config import LaunchConfig, Target
 
 _PR_SET_PDEATHSIG = 1
@@ -88,6 +88,9 @@ def _set_threads() -> None:
 def prepare(local_rank: int, cfg: LaunchConfig, restart: int, run_dir: str | None = None) -> None:
     """Everything a worker needs before user code: environment, output, threads, device."""
     os.environ.update(cfg.worker_env(local_rank, restart))
+    # Node 0's launcher serves MASTER_PORT on the job's address; every rank is its client (:mod:`.stores`).
+    os.environ[stores.AGENT_STORE_ENV] = "True"
+    os.environ.pop(authstore.SECRET_ENV, None)  # the launcher's alone: not the script's, nor its children's
     if cfg.output.relay and run_dir is not None:
         output.attach(run_dir, local_rank)  # stdout/stderr into the launcher's relay (:mod:`.output`)
     _set_threads()

@@ -1,0 +1,268 @@
+"""The job secret: every value the launchers read from their store is signed, and checked before use.
+
+Usage::
+
+    secret = load_secret(args.secret_file)           # --secret-file, else NPU_MIGRATE_JOB_SECRET, else None
+    store = AuthStore(PaddedStore(tcp_store), secret)
+    store.set("npu_migrate/<job>/abort", "why")       # stored as a signed value
+    store.compare_set(key, "", "mine")               # a forged current value counts as absent
+    store.add("npu_migrate/<job>/done/0", 1)         # counters are signed values too (see below)
+
+**Why.** Node 0's launcher store (``--port + 1``) is a plain ``TCPStore``: anyone who reaches the
+port can read and write every key. torch's rendezvous keeps its state there as a pickle
+(``torch.rendezvous.<job id>``, read by every launcher), and the launchers act on what the board
+says (``abort``, ``fail/<gen>``, ``claim/<K>``...). Without a secret, reaching the port is
+enough to run code in every launcher or end the job, exactly as with torchrun's c10d rendezvous.
+
+**What.** With a secret (the same on every node), each value is stored as::
+
+    ~npu_migrate-hmac1:<64 hex digits>:<value>
+
+where the hex digits are HMAC-SHA256(secret, ``len(key)`` ``:`` key ``\\0`` value): a value
+is only good under the key it was written for. A reader checks the tag with
+:func:`hmac.compare_digest` before it returns the value, so torch's rendezvous backend, which
+reads through this wrapper, never unpickles a value a launcher did not write. A value that fails
+the check (written by a process without the secret) is refused and logged once per process:
+
+- read by ``compare_set`` as a peek (expected == desired): the key reads as absent;
+- replaced by ``compare_set`` otherwise: the attacker's value is overwritten with ours, as if
+  the key held what the caller expected (so a pre-written ``abort`` or ``claim/<K>`` blocks
+  nothing);
+- read by ``get``: the last good value this process saw under that key is put back and
+  returned; with none, :class:`UnauthenticatedValue` (a RuntimeError, which torch's backend
+  reports as a store error).
+
+**Counters.** ``TCPStore.add`` keeps an integer that cannot carry a tag, and a process without
+the secret could add to it, or ``set`` it to text so that every later ``add`` fails (the board
+would take that for a lost node 0). So with a secret, :meth:`AuthStore.add` is a signed decimal
+updated by compare-and-set (one more round trip); ``alive/<owner>``, ``done/<gen>``,
+``acked/<gen>``, ``seen/...`` and ``hang_ack/...`` are all signed. Without a secret everything
+is TCPStore's own, as before.
+
+**What it does not stop.** A process that reaches the port can still delete keys or overwrite
+them with garbage (the job may then stall or fail with a store error: a denial of service, not
+code execution or a forged decision), and can replay a value signed for the same key, for
+instance from an earlier job with the same ``--job-id`` and secret: use a new secret, or a job
+id of the scheduler, per job. ``MASTER_PORT``'s store belongs to torch's process group (as under
+torchrun) and is not covered: keep both ports on a private network (docs/security.md).
+
+The secret never leaves the launcher: it is not in any argv, file or message, and the launcher
+removes :data:`SECRET_ENV` from the environment its workers inherit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import os
+import stat
+import threading
+import uuid
+from typing import Any, Callable
+
+from npu_migrate.launch.errors import LaunchUsageError, say
+from npu_migrate.launch.padded_store import PaddedStore, pad, unpad
+
+logger = logging.getLogger(__name__)
+
+SECRET_ENV = "NPU_MIGRATE_JOB_SECRET"
+"""The variable that holds the job secret (the same value on every node)."""
+
+MIN_SECRET_BYTES = 16
+"""Shorter secrets are refused: a guessable secret protects nothing (``openssl rand -hex 32``)."""
+
+_MARK = b"~npu_migrate-hmac1:"
+_TAG_LEN = 64  # hex digits of SHA-256
+_ABSENT = "\0npu_migrate:auth-absent"  # a peek's expected value: never stored
+_CAS_TRIES = 64
+"""How often one call retries a compare-and-set that others (or a forged value) got in before."""
+
+_chosen: bytes | None = None
+_refused_once = threading.Event()
+
+
+class UnauthenticatedValue(RuntimeError):
+    """A store value not signed with the job's secret, where no good value is known to put back."""
+
+
+# --------------------------------------------------------------------------- the secret
+
+
+def _check_file(path: str) -> bytes:
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        raise LaunchUsageError(f"--secret-file {path!r} cannot be read ({exc.strerror}): expected a file only "
+                               "you can read, e.g. made with `umask 077; openssl rand -hex 32 > FILE`.") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise LaunchUsageError(f"--secret-file {path!r} is not a regular file: expected a file holding the job secret.")
+    if info.st_mode & 0o077:
+        raise LaunchUsageError(f"--secret-file {path!r} has mode {stat.S_IMODE(info.st_mode):04o}, readable by "
+                               f"others: expected 0600 or stricter. Run `chmod 600 {path}`.")
+    if info.st_uid != os.getuid():
+        raise LaunchUsageError(f"--secret-file {path!r} belongs to another user (uid {info.st_uid}): expected "
+                               "a file of your own with mode 0600.")
+    try:
+        with open(path, "rb") as fh:
+            return fh.read().strip()
+    except OSError as exc:
+        raise LaunchUsageError(f"--secret-file {path!r} cannot be read ({exc.strerror}).") from None
+
+
+def load_secret(secret_file: str | None = None, environ: dict[str, str] | None = None) -> bytes | None:
+    """The job secret: ``secret_file``'s content (mode checked), else :data:`SECRET_ENV`, else None.
+
+    Raises:
+        LaunchUsageError: a file others can read, or a secret shorter than :data:`MIN_SECRET_BYTES`
+            (the message never contains the secret).
+    """
+    environ = os.environ if environ is None else environ
+    if secret_file is not None:
+        secret, where = _check_file(secret_file), f"--secret-file {secret_file!r}"
+    elif environ.get(SECRET_ENV):
+        secret, where = environ[SECRET_ENV].strip().encode(), SECRET_ENV
+    else:
+        return None
+    if len(secret) < MIN_SECRET_BYTES:
+        raise LaunchUsageError(f"the job secret in {where} has {len(secret)} byte(s): expected at least "
+                               f"{MIN_SECRET_BYTES}, the same on every node, e.g. from `openssl rand -hex 32`.")
+    return secret
+
+
+def use_secret(secret: bytes | None) -> None:
+    """Make ``secret`` this launcher's job secret (the command line calls it once, before anything starts)."""
+    global _chosen
+    _chosen = secret
+
+
+def job_secret() -> bytes | None:
+    """The secret :func:`use_secret` chose, else the one in :data:`SECRET_ENV` (for ``spawn()``)."""
+    return _chosen if _chosen is not None else load_secret()
+
+
+# --------------------------------------------------------------------------- signing
+
+
+def _tag(secret: bytes, key: str, body: bytes) -> bytes:
+    name = key.encode()
+    return hmac.new(secret, b"%d:%s\0" % (len(name), name) + body, hashlib.sha256).hexdigest().encode()
+
+
+def sign(secret: bytes, key: str, value: str | bytes) -> bytes:
+    """``value`` as stored under ``key``: tagged, or ``b""`` for the empty value."""
+    body = value.encode() if isinstance(value, str) else bytes(value)
+    if not body:
+        return b""
+    return _MARK + _tag(secret, key, body) + b":" + body
+
+
+def verify(secret: bytes, key: str, raw: bytes) -> bytes | None:
+    """The value ``raw`` carries if its tag is good for ``key`` (``b""`` stays empty), else None."""
+    if not raw:
+        return b""
+    if not raw.startswith(_MARK) or len(raw) < len(_MARK) + _TAG_LEN + 1:
+        return None
+    tag, body = raw[len(_MARK):len(_MARK) + _TAG_LEN], raw[len(_MARK) + _TAG_LEN + 1:]
+    return body if hmac.compare_digest(tag, _tag(secret, key, body)) else None
+
+
+def is_signed(raw: bytes) -> bool:
+    """Whether ``raw`` has the signed format (whatever the secret): for telling mismatched nodes apart."""
+    return raw.startswith(_MARK)
+
+
+def _refused(key: str, notify: Callable[[str], None]) -> None:
+    if _refused_once.is_set():
+        logger.debug("refused another unsigned value under %s", key)
+        return
+    _refused_once.set()
+    notify(f"warning: refused a value under {key} that is not signed with this job's secret (written by a "
+           "process without it); it is ignored. Keep the launcher's port on a private network.")
+
+
+class AuthStore:
+    """A store (a :class:`~npu_migrate.launch.padded_store.PaddedStore`) whose values are signed and checked.
+
+    Args:
+        store: the padded store to wrap; its ``raw`` (the C++ store) stays reachable as ``.raw``.
+        secret: the job secret.
+        notify: where the one line about a refused value goes (the launcher's console).
+    """
+
+    def __init__(self, store: PaddedStore, secret: bytes, notify: Callable[[str], None] = say) -> None:
+        self.inner = store
+        self.secret = secret
+        self.notify = notify
+        self._good: dict[str, bytes] = {}  # the last good value seen under each key
+        self._lock = threading.Lock()
+
+    @property
+    def raw(self) -> Any:
+        return self.inner.raw
+
+    def _seen(self, key: str, value: bytes) -> bytes:
+        with self._lock:
+            self._good[key] = value
+        return value
+
+    def set(self, key: str, value: str | bytes) -> None:
+        signed = sign(self.secret, key, value)
+        self.inner.set(key, signed)
+        self._seen(key, verify(self.secret, key, signed) or b"")
+
+    def get(self, key: str) -> bytes:
+        stored = self.inner.raw.get(key)
+        raw = unpad(stored)
+        for _ in range(_CAS_TRIES):
+            value = verify(self.secret, key, raw)
+            if value is not None:
+                return self._seen(key, value)
+            _refused(key, self.notify)
+            with self._lock:
+                good = self._good.get(key)
+            if good is None:
+                raise UnauthenticatedValue(f"the value under {key} is not signed with the job's secret")
+            stored, raw = self.inner.swap(key, stored, sign(self.secret, key, good))  # put ours back
+        raise UnauthenticatedValue(f"the value under {key} keeps changing to unsigned values")
+
+    def compare_set(self, key: str, expected: str | bytes, desired: str | bytes) -> bytes:
+        expected_raw = sign(self.secret, key, expected)
+        desired_raw = sign(self.secret, key, desired)
+        peek = expected_raw == desired_raw
+        stored = pad(expected_raw)
+        for _ in range(_CAS_TRIES):
+            stored, raw = self.inner.swap(key, stored, desired_raw)
+            value = verify(self.secret, key, raw)
+            if value is not None:
+                return value if peek and raw == expected_raw else self._seen(key, value)
+            _refused(key, self.notify)
+            if peek:  # a read: the forged value counts as absent
+                return expected.encode() if isinstance(expected, str) else bytes(expected)
+            # Replace the forged value (its exact bytes), as if it were what the caller expected.
+        raise UnauthenticatedValue(f"the value under {key} keeps changing to unsigned values")
+
+    def add(self, key: str, amount: int) -> int:
+        """A signed counter: read, then compare-and-set ``current + amount`` until it holds.
+
+        The value is ``"<count> <nonce>"``: two launchers adding at once write different values,
+        so the one whose compare-and-set lost sees that it did and tries again.
+        """
+        for _ in range(_CAS_TRIES):
+            current = self.compare_set(key, _ABSENT, _ABSENT).decode()
+            count = 0 if current == _ABSENT else int(current.split()[0])
+            if amount == 0:
+                return count
+            new = f"{count + amount} {uuid.uuid4().hex}"
+            if self.compare_set(key, "" if current == _ABSENT else current, new).decode() == new:
+                return count + amount
+        raise UnauthenticatedValue(f"the counter {key} could not be updated")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def wrap(store: Any, secret: bytes | None) -> Any:
+    """``store`` padded (:mod:`.padded_store`), and signed when there is a secret."""
+    padded = store if isinstance(store, PaddedStore) else PaddedStore(store)
+    return padded if secret is None else AuthStore(padded, secret)

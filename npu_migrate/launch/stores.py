@@ -1,0 +1,102 @@
+"""The launcher's TCPStore servers, each listening on the job's address only, never on every interface.
+
+Usage::
+
+    server = serve("10.0.0.1", 29501, timeout=600)   # node 0's launcher store (--port + 1)
+    ranks = RankStore(cfg)                           # node 0: MASTER_PORT's store, for the workers
+    ranks.restart()                                  # a fresh one before each start of the ranks
+    ranks.close()
+
+**Binding.** A ``TCPStore`` server binds every interface (``::`` or ``0.0.0.0``) whatever host
+name it is given. :func:`serve` binds a socket itself to the job's address (``--addr`` on node
+0, which the launcher checked is this host's; loopback for a single node) and hands it to
+torch with ``master_listen_fd`` (torch 2.1 and later; torch owns the descriptor from then on).
+
+**MASTER_PORT.** torch's ``env://`` rendezvous would make rank 0 serve ``MASTER_PORT`` on every
+interface. Instead node 0's launcher serves it (:class:`RankStore`) and every worker is a client:
+the workers get ``TORCHELASTIC_USE_AGENT_STORE=True``, torchrun's own switch for an
+agent-hosted store, which ``torch.distributed.rendezvous._create_c10d_store`` reads (torch 2.1:
+every rank a client under ``PrefixStore("/worker/attempt_<restart>")``; newer torch: every rank
+a client without a prefix, when MASTER_ADDR:MASTER_PORT is the endpoint). As torchrun does, the
+launcher serves a new store for every start of the ranks, so no key of an earlier attempt (or
+of ``--preflight``) is left for the next. torch >= 2.4 also lets a script's own
+``TCPStore(MASTER_ADDR, MASTER_PORT, is_master=True)`` share it; on older torch such a script
+must use another port (docs/security.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from datetime import timedelta
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+AGENT_STORE_ENV = "TORCHELASTIC_USE_AGENT_STORE"
+"""Set to ``"True"`` in every worker: the launcher serves MASTER_PORT (torch's own switch)."""
+
+_BACKLOG = 1024
+"""Pending connections the listening socket queues (every rank of a large job connects at once)."""
+
+
+def bind(addr: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``addr:port`` (the first of its addresses this host has).
+
+    Raises:
+        OSError: no address of ``addr`` can be bound (not this host's, or the port is taken).
+    """
+    error: OSError | None = None
+    for family, kind, proto, _, sockaddr in socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM):
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as TCPStore does
+            sock.bind(sockaddr)
+            sock.listen(_BACKLOG)
+        except OSError as exc:
+            sock.close()
+            error = exc
+            continue
+        return sock
+    raise error or OSError(f"{addr} has no address")
+
+
+def serve(addr: str, port: int, timeout: float) -> Any:
+    """A TCPStore server listening on ``addr:port`` only (see the module docstring)."""
+    from torch.distributed import TCPStore
+
+    sock = bind(addr, port)
+    try:
+        return TCPStore(addr, port, None, True, timedelta(seconds=timeout), wait_for_workers=False,
+                        master_listen_fd=sock.fileno())
+    finally:
+        sock.detach()  # the store owns (and closes) the descriptor now, or closed it on failure
+
+
+def client(addr: str, port: int, timeout: float) -> Any:
+    from torch.distributed import TCPStore
+
+    return TCPStore(addr, port, None, False, timedelta(seconds=timeout))
+
+
+class RankStore:
+    """Node 0's launcher serves MASTER_PORT's store for every rank of the job (see the module docstring)."""
+
+    def __init__(self, addr: str, port: int, timeout: float = 3600.0) -> None:
+        self.addr = addr
+        self.port = port
+        self.timeout = timeout
+        self.store: Any = None
+
+    def restart(self) -> None:
+        """Serve a new, empty store on MASTER_PORT (before the ranks, or the pre-flight, start).
+
+        Raises:
+            OSError: the address is not this host's, or the port is taken.
+        """
+        self.close()
+        self.store = serve(self.addr, self.port, self.timeout)
+
+    def close(self) -> None:
+        """Stop serving (every rank that uses it has exited)."""
+        self.store = None
