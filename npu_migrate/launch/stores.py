@@ -26,10 +26,13 @@ must use another port (docs/security.md).
 
 from __future__ import annotations
 
+import errno
 import logging
 import socket
 from datetime import timedelta
 from typing import Any
+
+from npu_migrate.launch import cluster
 
 logger = logging.getLogger(__name__)
 
@@ -43,9 +46,27 @@ _BACKLOG = 1024
 def bind(addr: str, port: int) -> socket.socket:
     """A listening TCP socket on ``addr:port`` (the first of its addresses this host has).
 
+    Where ``addr`` is not this host's but traffic to it arrives here (a MindCluster AscendJob's
+    ``MASTER_ADDR`` is the master pod's Service IP, which Kubernetes forwards to the pod's own
+    address), the socket binds the address of the interface that routes to ``addr``: still one
+    interface, never all of them.
+
     Raises:
-        OSError: no address of ``addr`` can be bound (not this host's, or the port is taken).
+        OSError: no address of ``addr`` (or of the way to it) can be bound, or the port is taken.
     """
+    try:
+        return _bind_first(addr, port)
+    except OSError as exc:
+        if exc.errno != errno.EADDRNOTAVAIL:
+            raise
+        found = cluster.interface_for(addr)
+        if found is None:
+            raise
+        logger.debug("%s is not this host's; listening on %s (%s), the way to it", addr, found[1], found[0])
+        return _bind_first(found[1], port)
+
+
+def _bind_first(addr: str, port: int) -> socket.socket:
     error: OSError | None = None
     for family, kind, proto, _, sockaddr in socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM):
         sock = socket.socket(family, kind, proto)

@@ -126,3 +126,19 @@ def test_a_two_host_job_listens_on_each_hosts_job_address(tmp_path: Path) -> Non
         assert {addr for addr, _ in found[1]} <= {hosts.addrs[1]}, found
     finally:
         hosts.remove()
+
+
+def test_an_address_routed_here_binds_the_interface_that_reaches_it() -> None:
+    """An AscendJob's MASTER_ADDR is a Service IP: not this host's, but forwarded to it."""
+    from npu_migrate.launch import cluster, stores
+
+    remote = "198.51.100.7"  # TEST-NET-2: never this host's; only the routing table is asked
+    way = cluster.interface_for(remote)
+    if way is None:
+        pytest.skip("this host has no route to a documentation address")
+    sock = stores.bind(remote, 0)
+    try:
+        assert sock.getsockname()[0] == way[1]
+        assert sock.getsockname()[0] not in ("0.0.0.0", "::")
+    finally:
+        sock.close()
