@@ -18,6 +18,11 @@ import os
 import sys
 
 FORMAT = "[rank %(rank)s/%(world_size)s] %(levelname)s %(name)s: %(message)s"
+PREFIXED_FORMAT = "%(levelname)s %(name)s: %(message)s"
+"""The format under a launcher whose relay already starts every line with the rank: one prefix a line."""
+
+ENV_RELAY_PREFIX = "NPU_MIGRATE_RELAY_PREFIX"
+"""Set to ``1`` by the launcher in workers whose console lines its relay prefixes with the rank."""
 
 # Checked in this order, as Lightning's ``_get_rank`` does: torchrun and our launcher
 # set RANK; Slurm and Open MPI set their own when a job is started by them directly.
@@ -71,7 +76,8 @@ def setup_logging(
         names: the loggers to configure; each stops propagating to the root logger.
     """
     handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(logging.Formatter(FORMAT))
+    relayed = os.environ.get(ENV_RELAY_PREFIX) == "1" and stream is None
+    handler.setFormatter(logging.Formatter(PREFIXED_FORMAT if relayed else FORMAT))
     handler.addFilter(RankFilter())
     handler.set_name("npu_migrate")
     for name in names:

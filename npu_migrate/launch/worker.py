@@ -33,6 +33,7 @@ from typing import Any
 
 from npu_migrate.launch import authstore, output, stores
 from npu_migrate.launch.config import LaunchConfig, Target
+from npu_migrate.log import ENV_RELAY_PREFIX
 
 _PR_SET_PDEATHSIG = 1
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -93,6 +94,8 @@ def prepare(local_rank: int, cfg: LaunchConfig, restart: int, run_dir: str | Non
     os.environ.pop(authstore.SECRET_ENV, None)  # the launcher's alone: not the script's, nor its children's
     if cfg.output.relay and run_dir is not None:
         output.attach(run_dir, local_rank)  # stdout/stderr into the launcher's relay (:mod:`.output`)
+        if cfg.output.prefix_template(cfg.world_size):
+            os.environ[ENV_RELAY_PREFIX] = "1"  # the relay prefixes every line: setup_logging adds none
     _set_threads()
     from npu_migrate import device as _device
 
