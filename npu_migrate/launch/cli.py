@@ -178,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
         # Before the fork server starts: it imports torch, and the migration must be armed there.
         from npu_migrate.migrate import environment as migrate_env
 
-        report_dir = tempfile.mkdtemp(prefix="npu_migrate_report_") if args.migrate_report else None
+        report_dir = tempfile.mkdtemp(prefix="npu_migrate_report_")  # also for the warning of a job that met no CUDA call
         migrate_env.export_environment(args.device, args.nproc or 1, report_dir)
     methods: list[str] = []
     try:
@@ -207,7 +207,9 @@ def run(args: argparse.Namespace) -> int:
         if report_dir:
             from npu_migrate.migrate.cli import write_report
 
-            say(write_report(report_dir, args.migrate_report))
+            line = write_report(report_dir, args.migrate_report)
+            if line:
+                say(line)
             shutil.rmtree(report_dir, ignore_errors=True)
 
 

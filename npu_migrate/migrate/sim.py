@@ -27,6 +27,17 @@ from npu_migrate.migrate.environment import ENV_SIM_DEVICES
 from npu_migrate.migrate.state import STATE
 
 
+SIM_CAPABILITY = (8, 0)
+"""The compute capability simulated devices report: an A100's.
+
+Scripts gate features on it: ``torch.compile`` on ``>= (7, 0)``, bfloat16 and flash attention on
+``>= (8, 0)``, FP8 (``torch._scaled_mm``) on ``>= (8, 9)``. (8, 0) keeps every gate a current GPU
+passes on its path, all of which the CPU runs (compile, bfloat16, SDPA), and keeps scripts off
+FP8 paths whose kernels the CPU lacks. ``(0, 0)`` sent such scripts to their "no GPU" exit.
+"""
+CAPABILITY_NOTE = f"{SIM_CAPABILITY} on cpu, an A100's: capability gates take their current-GPU path"
+
+
 def index(device: Any) -> int | None:
     """The CUDA device index ``device`` names (``"cuda"`` alone: the current one), or None."""
     if device is None:
@@ -87,10 +98,15 @@ def host_memory() -> tuple[int, int]:
 def properties(device: Any = None) -> SimpleNamespace:
     """``torch.cuda.get_device_properties`` on the CPU target."""
     return SimpleNamespace(
-        name=name(device), major=0, minor=0, total_memory=host_memory()[1],
+        name=name(device), major=SIM_CAPABILITY[0], minor=SIM_CAPABILITY[1], total_memory=host_memory()[1],
         multi_processor_count=os.cpu_count() or 1, is_integrated=True, is_multi_gpu_board=False,
         uuid="", L2_cache_size=0,
     )
+
+
+def capability(device: Any = None) -> tuple[int, int]:
+    """``torch.cuda.get_device_capability`` on the CPU target: :data:`SIM_CAPABILITY`."""
+    return SIM_CAPABILITY
 
 
 def count_from_env() -> int:
@@ -133,8 +149,8 @@ CUDA_TABLE: dict[str, tuple[str, Callable[..., Any], str]] = {
     "current_device": ("redirected", lambda: STATE.current, ""),
     "set_device": ("redirected", set_device, ""),
     "get_device_name": ("redirected", name, ""),
-    "get_device_properties": ("redirected", properties, ""),
-    "get_device_capability": ("redirected", lambda device=None: (0, 0), "(0, 0) on cpu"),
+    "get_device_properties": ("redirected", properties, CAPABILITY_NOTE),
+    "get_device_capability": ("redirected", capability, CAPABILITY_NOTE),
     "is_bf16_supported": ("redirected", lambda *a, **k: True, ""),
     "is_tf32_supported": ("redirected", lambda *a, **k: False, ""),
     "is_initialized": ("redirected", lambda: True, ""),

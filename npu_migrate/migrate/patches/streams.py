@@ -27,12 +27,12 @@ from npu_migrate import device as _device
 from npu_migrate.migrate.callers import caller_aware
 from npu_migrate.migrate.state import STATE, patch
 
-_HOST_STREAM = _device.HostStream()
+HOST_STREAM = _device.HostStream()
 
 # Functions of torch.cuda on the CPU target, as (kind, CPU implementation, note).
 CUDA_TABLE: dict[str, tuple[str, Callable[..., Any], str]] = {
-    "current_stream": ("redirected", lambda *a, **k: _HOST_STREAM, "host stream"),
-    "default_stream": ("redirected", lambda *a, **k: _HOST_STREAM, "host stream"),
+    "current_stream": ("redirected", lambda *a, **k: HOST_STREAM, "host stream"),
+    "default_stream": ("redirected", lambda *a, **k: HOST_STREAM, "host stream"),
     "set_stream": ("noop", lambda *a, **k: None, ""),
     "stream": ("redirected", lambda s=None: contextlib.nullcontext(s), ""),
     "is_current_stream_capturing": ("noop", lambda: False, ""),
