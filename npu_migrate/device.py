@@ -569,7 +569,8 @@ class HostEvent:
     Work on CPU is synchronous, so ``record()`` marks the moment it is called.
     """
 
-    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> None:
+    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False,
+                 external: bool = False) -> None:
         self.enable_timing = enable_timing
         self.blocking = blocking
         self.interprocess = interprocess

@@ -28,7 +28,7 @@ from __future__ import annotations
 import collections
 import functools
 import inspect
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -36,6 +36,7 @@ from npu_migrate.migrate import sim
 from npu_migrate.migrate.callers import caller_aware, record, switch_class
 from npu_migrate.migrate.mapping import map_device
 from npu_migrate.migrate.patches import streams
+from npu_migrate.migrate.signatures import answer, shaped
 from npu_migrate.migrate.state import STATE, on_cpu, patch
 
 SUBMODULES = ("memory", "random", "graphs")
@@ -45,80 +46,13 @@ ADVICE = {
     "Graph": "accelerator graphs are an optimization: run without capture, or guard it with a device-type check",
 }
 
-_Device = "torch.device | str | int | None"
-
-
 def _dtypes() -> set[torch.dtype]:
     return {v for v in vars(torch).values() if isinstance(v, torch.dtype)}
 
 
-# Each CPU answer has torch's signature (positional-only where torch's is): tests/test_signatures.py.
-def is_available() -> bool:
-    return True
-
-
-def device_count() -> int:
-    return STATE.count
-
-
-def current_accelerator(check_available: bool = False) -> torch.device:
-    return torch.device("cuda")
-
-
-def current_device_index() -> int:
-    return STATE.current
-
-
 def set_device_index(device: Any, /) -> None:
+    """``torch.accelerator.set_device_index`` on the CPU target: checked against the simulated count."""
     sim.set_device(device)
-
-
-def synchronize(device: Any = None, /) -> None:
-    return None
-
-
-def current_stream(device: Any = None, /) -> Any:
-    return streams.HOST_STREAM
-
-
-def set_stream(stream: Any) -> None:
-    return None
-
-
-def get_device_capability(device: Any = None, /) -> dict[str, Any]:
-    return {"supported_dtypes": _dtypes()}
-
-
-def empty_cache() -> None:
-    return None
-
-
-def _zero(device_index: Any = None, /) -> int:
-    return 0
-
-
-def _reset(device_index: Any = None, /) -> None:
-    return None
-
-
-def memory_stats(device_index: Any = None, /) -> collections.OrderedDict:
-    return collections.OrderedDict()
-
-
-def get_memory_info(device_index: Any = None, /) -> tuple[int, int]:
-    return sim.host_memory()
-
-
-def get_rng_state(device: Any = None, /) -> torch.Tensor:
-    return torch.ByteTensor()
-
-
-def get_rng_state_all() -> list[torch.Tensor]:
-    return [torch.ByteTensor() for _ in range(STATE.count)]
-
-
-def initial_seed(device: Any = None, /) -> int:
-    return torch.initial_seed()
 
 
 class DeviceIndex(sim.SimDevice):
@@ -129,33 +63,35 @@ class DeviceIndex(sim.SimDevice):
 
 
 # What each public callable of torch.accelerator does on the CPU target, as (kind, implementation,
-# note); a name missing here raises MigrationError in user code (a test fails when torch adds one).
-ACCELERATOR_TABLE: dict[str, tuple[str, Callable[..., Any], str]] = {
-    "is_available": ("redirected", is_available, ""),
-    "device_count": ("redirected", device_count, "the simulated devices"),
-    "current_accelerator": ("redirected", current_accelerator, "the simulated cuda"),
-    "current_device_index": ("redirected", current_device_index, ""),
-    "current_device_idx": ("redirected", current_device_index, ""),
+# note): a function with torch's signature, or an answer() that ignores its arguments and takes
+# torch's (npu_migrate.migrate.signatures). A name missing here raises MigrationError in user code,
+# and tests/test_accelerator.py fails when torch adds one.
+ACCELERATOR_TABLE: dict[str, tuple[str, Any, str]] = {
+    "is_available": ("redirected", answer(lambda: True), ""),
+    "device_count": ("redirected", answer(lambda: STATE.count), "the simulated devices"),
+    "current_accelerator": ("redirected", answer(lambda: torch.device("cuda")), "the simulated cuda"),
+    "current_device_index": ("redirected", answer(lambda: STATE.current), ""),
+    "current_device_idx": ("redirected", answer(lambda: STATE.current), ""),
     "set_device_index": ("redirected", set_device_index, ""),
     "set_device_idx": ("redirected", set_device_index, ""),
     "device_index": ("redirected", DeviceIndex, ""),
-    "synchronize": ("noop", synchronize, "cpu work is synchronous"),
-    "current_stream": ("redirected", current_stream, "host stream"),
-    "set_stream": ("noop", set_stream, "one host stream on cpu"),
-    "get_device_capability": ("redirected", get_device_capability, "every dtype torch has"),
-    "empty_cache": ("noop", empty_cache, "no device cache on cpu"),
-    "empty_host_cache": ("noop", empty_cache, "no host cache to empty"),
-    "memory_allocated": ("noop", _zero, "0 on cpu"),
-    "max_memory_allocated": ("noop", _zero, "0 on cpu"),
-    "memory_reserved": ("noop", _zero, "0 on cpu"),
-    "max_memory_reserved": ("noop", _zero, "0 on cpu"),
-    "reset_peak_memory_stats": ("noop", _reset, ""),
-    "reset_accumulated_memory_stats": ("noop", _reset, ""),
-    "memory_stats": ("noop", memory_stats, "{} on cpu"),
-    "get_memory_info": ("redirected", get_memory_info, "host memory"),
-    "get_rng_state": ("noop", get_rng_state, "empty state: no accelerator generator"),
-    "get_rng_state_all": ("noop", get_rng_state_all, "empty states"),
-    "initial_seed": ("redirected", initial_seed, "torch.initial_seed()"),
+    "synchronize": ("noop", answer(lambda: None), "cpu work is synchronous"),
+    "current_stream": ("redirected", answer(lambda: streams.HOST_STREAM), "host stream"),
+    "set_stream": ("noop", answer(lambda: None), "one host stream on cpu"),
+    "get_device_capability": ("redirected", answer(lambda: {"supported_dtypes": _dtypes()}), "every dtype torch has"),
+    "empty_cache": ("noop", answer(lambda: None), "no device cache on cpu"),
+    "empty_host_cache": ("noop", answer(lambda: None), "no host cache to empty"),
+    "memory_allocated": ("noop", answer(lambda: 0), "0 on cpu"),
+    "max_memory_allocated": ("noop", answer(lambda: 0), "0 on cpu"),
+    "memory_reserved": ("noop", answer(lambda: 0), "0 on cpu"),
+    "max_memory_reserved": ("noop", answer(lambda: 0), "0 on cpu"),
+    "reset_peak_memory_stats": ("noop", answer(lambda: None), ""),
+    "reset_accumulated_memory_stats": ("noop", answer(lambda: None), ""),
+    "memory_stats": ("noop", answer(collections.OrderedDict), "{} on cpu"),
+    "get_memory_info": ("redirected", answer(sim.host_memory), "host memory"),
+    "get_rng_state": ("noop", answer(lambda: torch.ByteTensor()), "empty state: no accelerator generator"),
+    "get_rng_state_all": ("noop", answer(lambda: [torch.ByteTensor() for _ in range(STATE.count)]), "empty states"),
+    "initial_seed": ("redirected", answer(torch.initial_seed), "torch.initial_seed()"),
 }
 
 
@@ -177,15 +113,15 @@ def public_callables() -> dict[str, Any]:
     return found
 
 
-def _unmapped(name: str) -> Callable[..., Any]:
+def _unmapped(name: str) -> Any:
     from npu_migrate.errors import MigrationError
 
     advice = ADVICE.get(name, "remove the call, or guard it so it runs only on a real accelerator")
 
-    def fail(*args: Any, **kwargs: Any) -> Any:
+    def fail() -> Any:
         raise MigrationError(f"torch.accelerator.{name} has no cpu equivalent under runtime migration: {advice}.")
 
-    return fail
+    return answer(fail)
 
 
 def _install_namespace() -> None:
@@ -198,6 +134,7 @@ def _install_namespace() -> None:
         else:  # torch_npu registers the NPU as torch's accelerator: torch's answer is the target's
             kind, impl, note = "redirected", value, f"answered by torch for {spec.name}"
         api = f"torch.accelerator.{name}"
+        impl = shaped(value, impl)
         stand_in = (switch_class if inspect.isclass(value) else caller_aware)(value, impl, api, kind, note)
         for module in (acc, *(getattr(acc, s, None) for s in SUBMODULES)):
             if inspect.ismodule(module) and getattr(module, name, None) is value:
