@@ -88,6 +88,10 @@ def run(args: argparse.Namespace) -> int:
     usercode.export(args.user_code, usercode.script_of(args.script, args.module))
     # Always: a job that met no CUDA call is worth a warning even without --migrate-report.
     report_dir = tempfile.mkdtemp(prefix="npu_migrate_report_")
+    from npu_migrate.migrate.environment import ENV_WHOLE_LINES
+    from npu_migrate.migrate.state import set_env
+
+    set_env(ENV_WHOLE_LINES, "1")  # the processes mp.spawn starts write whole lines (migrate/lines.py)
     migrate.install(device=args.device, device_count=args.device_num, propagate=True, report_dir=report_dir)
     if probe is not None:
         from npu_migrate.compare import probe as probe_module
