@@ -198,8 +198,10 @@ def run(args: argparse.Namespace) -> int:
     threads = f", {cfg.omp_threads} thread(s) per rank" if cfg.omp_threads else ""
     say(f"node {cfg.node_rank} of {cfg.nnodes}: {cfg.nproc} process(es) on {cfg.device} with {cfg.backend}, "
         f"master {cfg.addr}:{cfg.port}, {cfg.net_note}{threads} (settings from {cfg.sources}){migrating}")
+    code: int | None = None
     try:
-        return probe_settings.finish_job(probe, run_job(cfg, target, methods[0]))
+        code = run_job(cfg, target, methods[0])
+        return probe_settings.finish_job(probe, code)
     except NpuMigrateError:
         stop_fork_server()
         raise
@@ -207,7 +209,7 @@ def run(args: argparse.Namespace) -> int:
         if report_dir:
             from npu_migrate.migrate.cli import write_report
 
-            line = write_report(report_dir, args.migrate_report)
+            line = write_report(report_dir, args.migrate_report, job_failed=code != 0)
             if line:
                 say(line)
             shutil.rmtree(report_dir, ignore_errors=True)

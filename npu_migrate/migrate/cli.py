@@ -51,15 +51,18 @@ def build_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     return parser
 
 
-def write_report(report_dir: str, path: str | None) -> str | None:
+def write_report(report_dir: str, path: str | None, job_failed: bool = False) -> str | None:
     """Merge every process's record in ``report_dir`` into ``path``; return the console's line about it.
 
     With no ``path`` (no ``--migrate-report``) nothing is written, and the line is the warning of
-    a job that met no CUDA call (:data:`npu_migrate.migrate.report.NOTHING_SEEN`), or None.
+    a job that met no CUDA call (:data:`npu_migrate.migrate.report.NOTHING_SEEN`), or None. A job
+    that failed gets no such warning: its ranks may have been stopped before writing their records.
     """
     from npu_migrate.migrate import report as _report
 
     merged = _report.merge(report_dir)
+    if job_failed:
+        merged["warnings"] = []
     warning = "; ".join(f"warning: {w}" for w in merged["warnings"])
     if path is None:
         return warning or None
@@ -122,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
         from npu_migrate.migrate.report import REPORT
 
         REPORT.dump()
-        line = write_report(report_dir, args.migrate_report)
+        line = write_report(report_dir, args.migrate_report, job_failed=code != 0 or sys.exc_info()[0] is not None)
         if line:
             print(f"npu-migrate run: {line}", file=sys.stderr)
         shutil.rmtree(report_dir, ignore_errors=True)
