@@ -341,3 +341,43 @@ def test_pytorch_tutorials_quickstart_trains_saves_and_reloads(tmp_path: Path) -
     assert {"torch.cuda.is_available", "Module.to", "Tensor.to"} <= redirected(report), report
     state = torch.load(work / "model.pth", map_location="cpu", weights_only=True)  # and it reloads here too
     assert state["linear_relu_stack.0.weight"].shape == (512, 784)
+
+
+# --- pytorch/examples FSDP2 (2025): torch.accelerator, fully_shard + MixedPrecisionPolicy, DCP state dicts ---
+
+def _has_fsdp2() -> bool:
+    try:
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard  # noqa: F401
+    except ImportError:
+        return False
+    return hasattr(torch, "accelerator") and hasattr(torch.distributed, "get_default_backend_for_device")
+
+
+@pytest.mark.skipif(not _has_fsdp2(), reason=(
+    f"the FSDP2 example needs torch.accelerator, get_default_backend_for_device and the public fully_shard "
+    f"(torch >= 2.6); torch {torch.__version__} has not"))
+def test_fsdp2_example_trains_saves_and_resumes_from_its_checkpoint(tmp_path: Path) -> None:
+    """Unmodified, it exited 0 untrained ("Unable to locate sufficient 2 gpus") before torch.accelerator was migrated."""
+    work = _workdir("pytorch_examples_fsdp2", tmp_path)
+    first, report = launch_migrate(work, "example.py", "--dcp-api", "--mixed-precision", log_dir=tmp_path / "logs1",
+                                   timeout=400)
+    assert first.returncode == 0, first.everything
+    for rank in (0, 1):
+        assert f"Running on rank {rank} on device cuda:{rank}" in first.ranks[rank], first.ranks[rank]
+        assert "Unable to locate" not in first.ranks[rank]
+    saved = sorted((work / "checkpoints" / "dcp_api").iterdir())
+    assert len(saved) == 1 and (saved[0] / "model_state_dict.pt").is_file() and (saved[0] / "optim_state_dict.pt").is_file()
+    assert {"torch.accelerator.is_available", "torch.accelerator.device_count", "torch.accelerator.current_accelerator",
+            "torch.accelerator.device_index", "get_default_backend_for_device(cuda)",
+            "Module.to_empty(device=)"} <= redirected(report), report
+    second, _ = launch_migrate(work, "example.py", "--dcp-api", "--mixed-precision", log_dir=tmp_path / "logs2",
+                               timeout=400)
+    assert second.returncode == 0, second.everything
+    resumed = sorted((work / "checkpoints" / "dcp_api").iterdir())
+    assert len(resumed) == 2 and resumed[0] == saved[0]
+    before = torch.load(str(saved[0] / "model_state_dict.pt"), weights_only=True)
+    after = torch.load(str(resumed[1] / "model_state_dict.pt"), weights_only=True)
+    assert before.keys() == after.keys() and len(before) > 10
+    # The second run started from the first's weights (reloaded with broadcast_from_rank0) and trained on.
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    assert all(before[k].shape == after[k].shape for k in before)
