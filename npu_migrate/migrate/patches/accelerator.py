@@ -152,11 +152,8 @@ def _map_device_type(value: Any, api: str) -> Any:
 def _install_mesh() -> None:
     try:
         from torch.distributed import device_mesh as mesh_module
-    except ImportError:  # torch < 2.2
-        try:
-            from torch.distributed._tensor import device_mesh as mesh_module  # type: ignore[no-redef]
-        except ImportError:
-            return
+    except ImportError:  # torch < 2.2: DeviceMesh is private (torch.distributed._tensor), and importing
+        return           # it imports dynamo and inductor (seconds); nothing of FSDP2 runs there anyway
     mesh_class = mesh_module.DeviceMesh
     mesh_init = mesh_class.__init__
 
