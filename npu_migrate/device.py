@@ -342,10 +342,17 @@ def _local_rank_env() -> int | None:
 
 
 def device_count() -> int:
-    """Return how many devices of the chosen family this process sees (1 on CPU)."""
+    """Return how many devices of the chosen family this process sees.
+
+    On CPU: the devices the job simulates, one per rank the launcher (or torchrun) started on this
+    node (``LOCAL_WORLD_SIZE``), else 1. A ported guard such as
+    ``assert local_rank < nm.device_count()`` then holds on CPU as it does on a node with one
+    device per rank.
+    """
     spec = device_spec()
     if not spec.is_accelerator:
-        return 1
+        local = os.environ.get("LOCAL_WORLD_SIZE", "").strip()
+        return int(local) if local.isdigit() and int(local) >= 1 else 1
     acc = _accelerator(spec)
     return int(acc.device_count() if acc is not None else _module(spec).device_count())
 
@@ -575,7 +582,8 @@ class HostEvent:
     Work on CPU is synchronous, so ``record()`` marks the moment it is called.
     """
 
-    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> None:
+    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False,
+                 external: bool = False) -> None:
         self.enable_timing = enable_timing
         self.blocking = blocking
         self.interprocess = interprocess

@@ -76,10 +76,11 @@ def test_a_rank_that_never_reaches_ddps_backward_is_named(tmp_path: Path) -> Non
     job = Launch(tmp_path, "--device-num", "2", "--hang-timeout", "5", str(WORKERS / "ddp_hang_job.py"))
     assert job.wait() == 1, job.err
     err = job.err
-    # The evaluation forward under no_grad records nothing: steps 0 and 1 are #1 and #2.
-    assert "hang: rank 1 is not in a collective (last: ddp_backward #2 ended " in err, err
-    assert "; rank 0 is in ddp_backward #3 since " in err, err
-    assert rank_block(err, 0).startswith("--- rank 0: in ddp_backward #3 since")
+    # DDP's construction is verify_params #1 and broadcast_coalesced #2; the evaluation forward
+    # under no_grad records nothing: steps 0 and 1 are #3 and #4.
+    assert "hang: rank 1 is not in a collective (last: ddp_backward #4 ended " in err, err
+    assert "; rank 0 is in ddp_backward #5 since " in err, err
+    assert rank_block(err, 0).startswith("--- rank 0: in ddp_backward #5 since")
     assert "ddp_hang_job.py\", line" in rank_block(err, 1)
 
 

@@ -226,7 +226,7 @@ def run(args: argparse.Namespace) -> int:
         # Before the fork server starts: it imports torch, and the migration must be armed there.
         from npu_migrate.migrate import environment as migrate_env
 
-        report_dir = tempfile.mkdtemp(prefix="npu_migrate_report_") if args.migrate_report else None
+        report_dir = tempfile.mkdtemp(prefix="npu_migrate_report_")  # also for the warning of a job that met no CUDA call
         migrate_env.export_environment(args.device, args.nproc or 1, report_dir)
     if args.strict_ops:  # before the fork server starts: every worker inherits it
         os.environ["TORCH_NPU_FALLBACK_CPU_DISABLE"] = "1"
@@ -248,8 +248,10 @@ def run(args: argparse.Namespace) -> int:
     threads = f", {cfg.omp_threads} thread(s) per rank" if cfg.omp_threads else ""
     say(f"node {cfg.node_rank} of {cfg.nnodes}: {cfg.nproc} process(es) on {cfg.device} with {cfg.backend}, "
         f"master {cfg.addr}:{cfg.port}, {cfg.net_note}{threads} (settings from {cfg.sources}){migrating}")
+    code: int | None = None
     try:
-        return probe_settings.finish_job(probe, run_job(cfg, target, methods[0]))
+        code = run_job(cfg, target, methods[0])
+        return probe_settings.finish_job(probe, code)
     except NpuMigrateError:
         stop_fork_server()
         raise
@@ -261,7 +263,9 @@ def run(args: argparse.Namespace) -> int:
         if report_dir:
             from npu_migrate.migrate.cli import write_report
 
-            say(write_report(report_dir, args.migrate_report))
+            line = write_report(report_dir, args.migrate_report, job_failed=code != 0)
+            if line:
+                say(line)
             shutil.rmtree(report_dir, ignore_errors=True)
 
 

@@ -26,9 +26,19 @@ waits for the all-reduces), marks its end. A rank that waits there for the gradi
 never reached its backward shows as ``in ddp_backward #N``, and that rank as behind. Outputs that
 need no grad (evaluation) record nothing.
 
-Not seen: other collectives torch issues from C++ (DDP's buffer broadcast in ``forward``, its
-parameter check at construction); a job whose ranks wait there shows no rank in a collective, and
-hang detection stays quiet for it.
+**Collectives torch issues below ``torch.distributed.*``.** DDP's buffer broadcast (in
+``forward``) and its parameter broadcast at construction go through ``dist._broadcast_coalesced``,
+its construction check through ``dist._verify_params_across_processes``: C++ functions, wrapped
+like the collectives and recorded as ``broadcast_coalesced`` and ``verify_params``.
+
+**Waits on asynchronous collectives.** FSDP2 issues its all-gathers and reduce-scatters with
+``async_op=True`` (``all_gather_single``, ``reduce_scatter_single``) and waits on the returned
+``Work`` later, from another place: a rank blocked there is in the collective although the call
+returned long before. The call is recorded (entered and ended, as any), the Work it returned is
+remembered (the last :data:`PENDING_WORKS`), and ``Work.wait()`` on it records the same
+collective again, with the same op and sequence number, for as long as the wait lasts. A stuck
+FSDP2 job therefore shows the ranks waiting in ``all_gather_single #N`` and names the rank that
+never issued it.
 
 **Where.** A fixed-size file per rank in the launcher's run directory, mapped into the worker
 (``mmap``): a call updates it with ``struct.pack_into`` into shared memory, no system call, and the
@@ -75,6 +85,12 @@ _BEAT_AT = _BODY_AT + _BODY.size
 SIZE = _BEAT_AT + _BEAT.size
 HEARTBEAT_S = 1.0
 """How often a worker's heartbeat thread stamps the record."""
+PENDING_WORKS = 1024
+"""Works of asynchronous collectives remembered until waited on (FSDP2 keeps a few in flight; a
+Work never waited on is forgotten after this many newer ones)."""
+BELOW_DIST = {"_broadcast_coalesced": b"broadcast_coalesced", "_verify_params_across_processes": b"verify_params"}
+"""C++ functions of ``torch.distributed`` that DDP calls for its collectives, with the op name recorded;
+the process group is their first argument."""
 
 
 def record_path(run_dir: str, rank: int) -> str:
@@ -176,6 +192,8 @@ class FlightRecord:
         self._depth = 0
         self._seqs: dict[Any, int] = {}
         self._groups: dict[int, tuple[Any, Any, bytes]] = {}  # id -> (group, key, label)
+        self._pending: dict[int, tuple[Any, bytes, int, bytes]] = {}  # id(work) -> (work, op, seq, label)
+        self._last: tuple[bytes, int, bytes] = (b"", 0, b"")  # op, seq, label of the last entered
         _BODY.pack_into(self._map, _BODY_AT, 0, 0, 0.0, 0, 0, 0.0, b"", b"")
         self.beat()
 
@@ -190,9 +208,28 @@ class FlightRecord:
         key, label = ("world", b"world") if group is None else self._group(group)
         seq = self._seqs.get(key, 0) + 1
         self._seqs[key] = seq
+        self._enter(op, seq, label)
+        return True
+
+    def _enter(self, op: bytes, seq: int, label: bytes) -> None:
         self._count += 1
         self._updates += 1
+        self._last = (op, seq, label)
         _BODY.pack_into(self._map, _BODY_AT, self._updates, 1, 0.0, self._count, seq, time.time(), op, label)
+
+    def pending(self, work: Any) -> None:
+        """Remember ``work``, returned by the collective just recorded, for :meth:`wait_started`."""
+        self._pending[id(work)] = (work, *self._last)
+        if len(self._pending) > PENDING_WORKS:
+            del self._pending[next(iter(self._pending))]
+
+    def wait_started(self, work: Any) -> bool:
+        """Record waiting on an asynchronous collective's ``work`` as being in it; False: not one of ours."""
+        known = self._pending.pop(id(work), None)
+        if known is None or known[0] is not work or self._depth > 0:  # not ours, or inside a recorded call
+            return False
+        self._depth += 1
+        self._enter(*known[1:])
         return True
 
     def leave(self, recorded: bool) -> None:
@@ -260,12 +297,15 @@ def collective_names() -> list[str]:
     return sorted(names)
 
 
-def _wrap(name: str, fn: Callable[..., Any], record: FlightRecord) -> Callable[..., Any]:
-    op = name.encode()[:32]
-    try:
-        position = list(inspect.signature(fn).parameters).index("group")
-    except (TypeError, ValueError):
-        position = -1
+def _wrap(name: str, fn: Callable[..., Any], record: FlightRecord, op: bytes | None = None,
+          position: int | None = None) -> Callable[..., Any]:
+    op = op or name.encode()[:32]
+    if position is None:
+        try:
+            position = list(inspect.signature(fn).parameters).index("group")
+        except (TypeError, ValueError):
+            position = -1
+    work_type = _work_type()
 
     @functools.wraps(fn)
     def collective(*args: Any, **kwargs: Any) -> Any:
@@ -274,7 +314,10 @@ def _wrap(name: str, fn: Callable[..., Any], record: FlightRecord) -> Callable[.
             group = args[position]
         recorded = record.enter(op, group)
         try:
-            return fn(*args, **kwargs)
+            result = fn(*args, **kwargs)
+            if recorded and work_type is not None and isinstance(result, work_type):
+                record.pending(result)  # async_op=True: the wait is where a rank blocks
+            return result
         finally:
             record.leave(recorded)
 
@@ -321,6 +364,34 @@ def _watch_ddp(record: FlightRecord) -> None:
     DistributedDataParallel.forward = ddp_forward  # type: ignore[method-assign]
 
 
+def _work_type() -> type | None:
+    try:
+        from torch.distributed.distributed_c10d import Work
+    except ImportError:
+        return None
+    return Work
+
+
+def _watch_waits(record: FlightRecord) -> None:
+    """``Work.wait()`` on an asynchronous collective's Work records the collective while it waits."""
+    work_type = _work_type()
+    if work_type is None or hasattr(work_type.wait, "__npu_migrate_flight__"):
+        return
+    wait = work_type.wait
+
+    def waiting(self: Any, *args: Any, **kwargs: Any) -> Any:
+        recorded = record.wait_started(self)
+        try:
+            return wait(self, *args, **kwargs)
+        finally:
+            if recorded:
+                record.leave(True)
+
+    waiting.__npu_migrate_flight__ = wait  # type: ignore[attr-defined]
+    waiting.__doc__ = getattr(wait, "__doc__", None)
+    work_type.wait = waiting  # type: ignore[method-assign]
+
+
 def _heartbeat(record: FlightRecord) -> None:
     while True:
         time.sleep(HEARTBEAT_S)
@@ -344,6 +415,11 @@ def install(run_dir: str, rank: int) -> FlightRecord:
         fn = getattr(dist, name, None)
         if fn is not None and not hasattr(fn, "__npu_migrate_flight__"):
             setattr(dist, name, _wrap(name, fn, record))
+    for name, op in BELOW_DIST.items():
+        fn = getattr(dist, name, None)
+        if fn is not None and not hasattr(fn, "__npu_migrate_flight__"):
+            setattr(dist, name, _wrap(name, fn, record, op=op, position=0))
+    _watch_waits(record)
     _watch_ddp(record)
     threading.Thread(target=_heartbeat, args=(record,), name="npu_migrate-flight-heartbeat", daemon=True).start()
     return record

@@ -104,8 +104,8 @@ _OURS = os.path.dirname(os.path.abspath(__file__))
 def tidy(text: str) -> str:
     """faulthandler's dump without the launcher's part: its threads, and the frames under the script.
 
-    A thread whose innermost frame is the launcher's (the flight heartbeat, the launcher watch)
-    is left out; in the others, the wrapper frames of :mod:`.flight` and everything from
+    A thread with only the launcher's frames (the flight heartbeat, the launcher watch) is left
+    out; in the others, the wrapper frames of :mod:`.flight` and everything from
     ``runpy`` down (the worker's bootstrap, multiprocessing, the fork server) are dropped.
     """
     blocks, current = [], []
@@ -120,8 +120,10 @@ def tidy(text: str) -> str:
     kept = []
     for block in blocks:
         frames = [ln for ln in block[1:] if ln.lstrip().startswith("File ")]
-        if frames and _OURS in frames[0]:
-            continue  # one of the launcher's own threads
+        # One of the launcher's own threads: only its frames (and threading's). A rank waiting in
+        # a collective has a flight.py wrapper innermost, and the script's frames below it.
+        if frames and all(_OURS in f or f"{os.sep}threading.py" in f for f in frames):
+            continue
         lines = [block[0]]
         for line in block[1:]:
             if "runpy" in line:

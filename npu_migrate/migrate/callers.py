@@ -150,6 +150,8 @@ def caller_aware(original: Callable[..., Any], replacement: Callable[..., Any], 
 
     functools.update_wrapper(call, original)
     call.__wrapped_by_npu_migrate__ = True  # type: ignore[attr-defined]
+    call.__npu_migrate_impl__ = replacement  # type: ignore[attr-defined] # what user code runs (signatures.py)
+    call.__npu_migrate_api__ = api  # type: ignore[attr-defined]
     return call
 
 

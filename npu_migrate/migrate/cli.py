@@ -51,15 +51,25 @@ def build_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     return parser
 
 
-def write_report(report_dir: str, path: str) -> str:
-    """Merge every process's record in ``report_dir`` into ``path``; return a one-line summary."""
+def write_report(report_dir: str, path: str | None, job_failed: bool = False) -> str | None:
+    """Merge every process's record in ``report_dir`` into ``path``; return the console's line about it.
+
+    With no ``path`` (no ``--migrate-report``) nothing is written, and the line is the warning of
+    a job that met no CUDA call (:data:`npu_migrate.migrate.report.NOTHING_SEEN`), or None. A job
+    that failed gets no such warning: its ranks may have been stopped before writing their records.
+    """
     from npu_migrate.migrate import report as _report
 
     merged = _report.merge(report_dir)
+    if job_failed:
+        merged["warnings"] = []
+    warning = "; ".join(f"warning: {w}" for w in merged["warnings"])
+    if path is None:
+        return warning or None
     _report.write(merged, path)
     kinds = {k: sum(1 for e in merged["apis"].values() if e["kind"] == k) for k in _report.KINDS}
     return (f"migration report {path}: {merged['processes']} process(es), {kinds['redirected']} API(s) redirected, "
-            f"{kinds['noop']} harmless no-op(s), {kinds['unmapped']} unmapped")
+            f"{kinds['noop']} harmless no-op(s), {kinds['unmapped']} unmapped" + (f"; {warning}" if warning else ""))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -79,7 +89,12 @@ def run(args: argparse.Namespace) -> int:
     from npu_migrate.migrate import usercode
 
     usercode.export(args.user_code, usercode.script_of(args.script, args.module))
-    report_dir = tempfile.mkdtemp(prefix="npu_migrate_report_") if args.migrate_report else None
+    # Always: a job that met no CUDA call is worth a warning even without --migrate-report.
+    report_dir = tempfile.mkdtemp(prefix="npu_migrate_report_")
+    from npu_migrate.migrate.environment import ENV_WHOLE_LINES
+    from npu_migrate.migrate.state import set_env
+
+    set_env(ENV_WHOLE_LINES, "1")  # the processes mp.spawn starts write whole lines (migrate/lines.py)
     migrate.install(device=args.device, device_count=args.device_num, propagate=True, report_dir=report_dir)
     if probe is not None:
         from npu_migrate.compare import probe as probe_module
@@ -107,10 +122,11 @@ def run(args: argparse.Namespace) -> int:
                 recording.close()
             if sys.exc_info()[0] is None:  # a script that raised says more than "nothing recorded"
                 code = probe_settings.finish_job(probe, code)
-        if report_dir:
-            from npu_migrate.migrate.report import REPORT
+        from npu_migrate.migrate.report import REPORT
 
-            REPORT.dump()
-            print(f"npu-migrate run: {write_report(report_dir, args.migrate_report)}", file=sys.stderr)
-            shutil.rmtree(report_dir, ignore_errors=True)
+        REPORT.dump()
+        line = write_report(report_dir, args.migrate_report, job_failed=code != 0 or sys.exc_info()[0] is not None)
+        if line:
+            print(f"npu-migrate run: {line}", file=sys.stderr)
+        shutil.rmtree(report_dir, ignore_errors=True)
     return code

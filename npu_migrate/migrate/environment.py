@@ -20,6 +20,10 @@ from typing import Callable, Optional
 ENV_MIGRATE = "NPU_MIGRATE_MIGRATE"
 ENV_SIM_DEVICES = "NPU_MIGRATE_SIM_DEVICES"
 ENV_REPORT_DIR = "NPU_MIGRATE_REPORT_DIR"
+ENV_WHOLE_LINES = "NPU_MIGRATE_WHOLE_LINES"
+"""``1``: processes ``mp.spawn`` starts write whole lines with a rank prefix (``npu-migrate run``)."""
+ENV_SPAWN_NPROCS = "NPU_MIGRATE_SPAWN_NPROCS"
+"""How many processes the running ``mp.spawn`` starts (read by its children for the prefix rule)."""
 ENV_PYTHON = "NPU_MIGRATE_PYTHON"
 """``sys.prefix`` of the exporting interpreter: the bootstrap arms nothing in another one."""
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_bootstrap")

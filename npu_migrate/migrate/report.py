@@ -26,6 +26,13 @@ from npu_migrate import fileio, redact
 from npu_migrate.migrate.environment import ENV_REPORT_DIR
 
 KINDS = ("redirected", "noop", "unmapped")
+NOTHING_SEEN = "migration saw no CUDA or accelerator call: did the script stop at a device check?"
+"""The warning of a migrated job in which no process met a CUDA or ``torch.accelerator`` call.
+
+Such a job usually exited early on its own: pytorch/examples' FSDP2 example prints "Unable to
+locate sufficient 2 gpus" and exits 0 when ``torch.accelerator`` is not answered. Exit status 0
+alone would tell the user the migration worked.
+"""
 
 
 class Report:
@@ -96,9 +103,10 @@ def merge(directory: str) -> dict[str, Any]:
             if api in apis:
                 apis[api]["library_calls"] = apis[api].get("library_calls", 0) + calls
     targets = sorted({p["target"] for p in processes if p.get("target")})
+    warnings = [] if apis else [NOTHING_SEEN]
     user_code = sorted({(r["path"], r["source"], r.get("name", "")) for p in processes for r in p.get("user_code", [])})
     return {"processes": len(processes), "targets": targets, "apis": dict(sorted(apis.items())),
-            "user_code": [{"path": p, "source": s, "name": n} for p, s, n in user_code]}
+            "user_code": [{"path": p, "source": s, "name": n} for p, s, n in user_code], "warnings": warnings}
 
 
 def to_markdown(report: dict[str, Any]) -> str:
@@ -107,6 +115,7 @@ def to_markdown(report: dict[str, Any]) -> str:
         "",
         f"Processes: {report['processes']}; target: {', '.join(report['targets']) or '-'}",
         "",
+        *[f"**Warning: {w}**\n" for w in report.get("warnings", [])],
         "## User code (CUDA calls from here are migrated; torch, site-packages and other libraries get torch's answers)",
         "",
         *[f"- `{r['path']}` ({r['source']}{': ' + r['name'] if r['name'] else ''})" for r in report.get("user_code", [])],

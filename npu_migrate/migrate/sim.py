@@ -24,7 +24,19 @@ import torch
 
 from npu_migrate.errors import MigrationError, UsageError
 from npu_migrate.migrate.environment import ENV_SIM_DEVICES
+from npu_migrate.migrate.signatures import answer
 from npu_migrate.migrate.state import STATE
+
+
+SIM_CAPABILITY = (8, 0)
+"""The compute capability simulated devices report: an A100's.
+
+Scripts gate features on it: ``torch.compile`` on ``>= (7, 0)``, bfloat16 and flash attention on
+``>= (8, 0)``, FP8 (``torch._scaled_mm``) on ``>= (8, 9)``. (8, 0) keeps every gate a current GPU
+passes on its path, all of which the CPU runs (compile, bfloat16, SDPA), and keeps scripts off
+FP8 paths whose kernels the CPU lacks. ``(0, 0)`` sent such scripts to their "no GPU" exit.
+"""
+CAPABILITY_NOTE = f"{SIM_CAPABILITY} on cpu, an A100's: capability gates take their current-GPU path"
 
 
 def index(device: Any) -> int | None:
@@ -87,10 +99,20 @@ def host_memory() -> tuple[int, int]:
 def properties(device: Any = None) -> SimpleNamespace:
     """``torch.cuda.get_device_properties`` on the CPU target."""
     return SimpleNamespace(
-        name=name(device), major=0, minor=0, total_memory=host_memory()[1],
+        name=name(device), major=SIM_CAPABILITY[0], minor=SIM_CAPABILITY[1], total_memory=host_memory()[1],
         multi_processor_count=os.cpu_count() or 1, is_integrated=True, is_multi_gpu_board=False,
         uuid="", L2_cache_size=0,
     )
+
+
+def capability(device: Any = None) -> tuple[int, int]:
+    """``torch.cuda.get_device_capability`` on the CPU target: :data:`SIM_CAPABILITY`."""
+    return SIM_CAPABILITY
+
+
+def device_of(obj: Any) -> Any:
+    """``torch.cuda.device_of(obj)`` on the CPU target: every tensor is on the one host device."""
+    return contextlib.nullcontext()
 
 
 def count_from_env() -> int:
@@ -113,68 +135,61 @@ def count_from_env() -> int:
     return 1
 
 
-def _zero(*args: Any, **kwargs: Any) -> int:
-    return 0
-
-
-def _none(*args: Any, **kwargs: Any) -> None:
-    return None
-
-
 # One table of what maps where on the CPU target. For every public callable of torch.cuda:
-#   key: the name; value: (kind, CPU implementation, note)
+#   key: the name; value: (kind, CPU implementation, note); an implementation is a function with
+#   torch's signature, or an answer() that ignores its arguments and takes torch's (signatures.py)
 #   kind "redirected": answered for the target device (on npu by torch.npu's function of that name)
 #   kind "noop": harmless on the target and documented as such
 # Names not in the table are "unmapped": a user call raises MigrationError, unless the npu target
 # has a function of the same name. Streams and events: npu_migrate.migrate.patches.streams.
-CUDA_TABLE: dict[str, tuple[str, Callable[..., Any], str]] = {
-    "is_available": ("redirected", lambda: True, ""),
-    "device_count": ("redirected", lambda: STATE.count, ""),
-    "current_device": ("redirected", lambda: STATE.current, ""),
+CUDA_TABLE: dict[str, tuple[str, Any, str]] = {
+    "is_available": ("redirected", answer(lambda: True), ""),
+    "device_count": ("redirected", answer(lambda: STATE.count), ""),
+    "current_device": ("redirected", answer(lambda: STATE.current), ""),
     "set_device": ("redirected", set_device, ""),
     "get_device_name": ("redirected", name, ""),
-    "get_device_properties": ("redirected", properties, ""),
-    "get_device_capability": ("redirected", lambda device=None: (0, 0), "(0, 0) on cpu"),
-    "is_bf16_supported": ("redirected", lambda *a, **k: True, ""),
-    "is_tf32_supported": ("redirected", lambda *a, **k: False, ""),
-    "is_initialized": ("redirected", lambda: True, ""),
-    "init": ("noop", _none, ""),
-    "synchronize": ("noop", _none, "cpu work is synchronous"),
-    "empty_cache": ("noop", _none, "no device cache on cpu"),
-    "ipc_collect": ("noop", _none, ""),
-    "memory_allocated": ("noop", _zero, "0 on cpu"),
-    "max_memory_allocated": ("noop", _zero, "0 on cpu"),
-    "memory_reserved": ("noop", _zero, "0 on cpu"),
-    "max_memory_reserved": ("noop", _zero, "0 on cpu"),
-    "memory_cached": ("noop", _zero, "0 on cpu"),
-    "max_memory_cached": ("noop", _zero, "0 on cpu"),
-    "reset_peak_memory_stats": ("noop", _none, ""),
-    "reset_max_memory_allocated": ("noop", _none, ""),
-    "reset_max_memory_cached": ("noop", _none, ""),
-    "reset_accumulated_memory_stats": ("noop", _none, ""),
-    "memory_stats": ("noop", lambda *a, **k: {}, "{} on cpu"),
-    "memory_summary": ("noop", lambda *a, **k: "", "'' on cpu"),
-    "mem_get_info": ("redirected", lambda *a, **k: host_memory(), "host memory"),
-    "set_per_process_memory_fraction": ("noop", _none, ""),
-    "get_per_process_memory_fraction": ("noop", lambda *a, **k: 1.0, ""),
+    "get_device_properties": ("redirected", properties, CAPABILITY_NOTE),
+    "get_device_capability": ("redirected", capability, CAPABILITY_NOTE),
+    "is_bf16_supported": ("redirected", answer(lambda: True), ""),
+    "is_tf32_supported": ("redirected", answer(lambda: False), ""),
+    "is_initialized": ("redirected", answer(lambda: True), ""),
+    "init": ("noop", answer(lambda: None), ""),
+    "synchronize": ("noop", answer(lambda: None), "cpu work is synchronous"),
+    "empty_cache": ("noop", answer(lambda: None), "no device cache on cpu"),
+    "ipc_collect": ("noop", answer(lambda: None), ""),
+    "memory_allocated": ("noop", answer(lambda: 0), "0 on cpu"),
+    "max_memory_allocated": ("noop", answer(lambda: 0), "0 on cpu"),
+    "memory_reserved": ("noop", answer(lambda: 0), "0 on cpu"),
+    "max_memory_reserved": ("noop", answer(lambda: 0), "0 on cpu"),
+    "memory_cached": ("noop", answer(lambda: 0), "0 on cpu"),
+    "max_memory_cached": ("noop", answer(lambda: 0), "0 on cpu"),
+    "reset_peak_memory_stats": ("noop", answer(lambda: None), ""),
+    "reset_max_memory_allocated": ("noop", answer(lambda: None), ""),
+    "reset_max_memory_cached": ("noop", answer(lambda: None), ""),
+    "reset_accumulated_memory_stats": ("noop", answer(lambda: None), ""),
+    "memory_stats": ("noop", answer(lambda: {}), "{} on cpu"),
+    "memory_summary": ("noop", answer(lambda: ""), "'' on cpu"),
+    "mem_get_info": ("redirected", answer(host_memory), "host memory"),
+    "set_per_process_memory_fraction": ("noop", answer(lambda: None), ""),
+    "get_per_process_memory_fraction": ("noop", answer(lambda: 1.0), ""),
     # The CPU generator is not the CUDA one: seeding "CUDA" must not reseed it, or the run would
     # differ from the same script written for the CPU.
-    "manual_seed": ("noop", _none, "the cpu generator is seeded by torch.manual_seed"),
-    "manual_seed_all": ("noop", _none, "the cpu generator is seeded by torch.manual_seed"),
-    "seed": ("noop", _none, ""),
-    "seed_all": ("noop", _none, ""),
-    "initial_seed": ("redirected", lambda: torch.initial_seed(), "torch.initial_seed()"),
-    "get_rng_state": ("noop", lambda *a, **k: torch.ByteTensor(), "empty state: no CUDA generator"),
-    "get_rng_state_all": ("noop", lambda: [torch.ByteTensor() for _ in range(STATE.count)], "empty states"),
-    "set_rng_state": ("noop", _none, ""),
-    "set_rng_state_all": ("noop", _none, ""),
-    "get_arch_list": ("noop", lambda: [], ""),
-    "get_gencode_flags": ("noop", lambda: "", ""),
-    "get_sync_debug_mode": ("noop", _zero, ""),
-    "set_sync_debug_mode": ("noop", _none, ""),
+    "manual_seed": ("noop", answer(lambda: None), "the cpu generator is seeded by torch.manual_seed"),
+    "manual_seed_all": ("noop", answer(lambda: None), "the cpu generator is seeded by torch.manual_seed"),
+    "seed": ("noop", answer(lambda: None), ""),
+    "seed_all": ("noop", answer(lambda: None), ""),
+    "initial_seed": ("redirected", answer(lambda: torch.initial_seed()), "torch.initial_seed()"),
+    "get_rng_state": ("noop", answer(lambda: torch.ByteTensor()), "empty state: no CUDA generator"),
+    "get_rng_state_all": ("noop", answer(lambda: [torch.ByteTensor() for _ in range(STATE.count)]), "empty states"),
+    "set_rng_state": ("noop", answer(lambda: None), ""),
+    "set_rng_state_all": ("noop", answer(lambda: None), ""),
+    "get_arch_list": ("noop", answer(lambda: []), ""),
+    "get_gencode_flags": ("noop", answer(lambda: ""), ""),
+    "get_sync_debug_mode": ("noop", answer(lambda: 0), ""),
+    "set_sync_debug_mode": ("noop", answer(lambda: None), ""),
 }
 # Classes of torch.cuda, as (kind, CPU implementation, note).
 CUDA_CLASSES: dict[str, tuple[str, Callable[..., Any], str]] = {
     "device": ("redirected", SimDevice, ""),
-    "device_of": ("redirected", lambda obj: contextlib.nullcontext(), ""),
+    "device_of": ("redirected", device_of, ""),
 }

@@ -341,3 +341,83 @@ def test_pytorch_tutorials_quickstart_trains_saves_and_reloads(tmp_path: Path) -
     assert {"torch.cuda.is_available", "Module.to", "Tensor.to"} <= redirected(report), report
     state = torch.load(work / "model.pth", map_location="cpu", weights_only=True)  # and it reloads here too
     assert state["linear_relu_stack.0.weight"].shape == (512, 784)
+
+
+# --- pytorch/examples FSDP2 (2025): torch.accelerator, fully_shard + MixedPrecisionPolicy, DCP state dicts ---
+
+def _has_fsdp2() -> bool:
+    try:
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard  # noqa: F401
+    except ImportError:
+        return False
+    return hasattr(torch, "accelerator") and hasattr(torch.distributed, "get_default_backend_for_device")
+
+
+@pytest.mark.skipif(not _has_fsdp2(), reason=(
+    f"the FSDP2 example needs torch.accelerator, get_default_backend_for_device and the public fully_shard "
+    f"(torch >= 2.6); torch {torch.__version__} has not"))
+def test_fsdp2_example_trains_saves_and_resumes_from_its_checkpoint(tmp_path: Path) -> None:
+    """Unmodified, it exited 0 untrained ("Unable to locate sufficient 2 gpus") before torch.accelerator was migrated."""
+    work = _workdir("pytorch_examples_fsdp2", tmp_path)
+    first, report = launch_migrate(work, "example.py", "--dcp-api", "--mixed-precision", log_dir=tmp_path / "logs1",
+                                   timeout=400)
+    assert first.returncode == 0, first.everything
+    for rank in (0, 1):
+        assert f"Running on rank {rank} on device cuda:{rank}" in first.ranks[rank], first.ranks[rank]
+        assert "Unable to locate" not in first.ranks[rank]
+    saved = sorted((work / "checkpoints" / "dcp_api").iterdir())
+    assert len(saved) == 1 and (saved[0] / "model_state_dict.pt").is_file() and (saved[0] / "optim_state_dict.pt").is_file()
+    assert {"torch.accelerator.is_available", "torch.accelerator.device_count", "torch.accelerator.current_accelerator",
+            "torch.accelerator.device_index", "get_default_backend_for_device(cuda)",
+            "Module.to_empty(device=)"} <= redirected(report), report
+    second, _ = launch_migrate(work, "example.py", "--dcp-api", "--mixed-precision", log_dir=tmp_path / "logs2",
+                               timeout=400)
+    assert second.returncode == 0, second.everything
+    resumed = sorted((work / "checkpoints" / "dcp_api").iterdir())
+    assert len(resumed) == 2 and resumed[0] == saved[0]
+    before = torch.load(str(saved[0] / "model_state_dict.pt"), weights_only=True)
+    after = torch.load(str(resumed[1] / "model_state_dict.pt"), weights_only=True)
+    assert before.keys() == after.keys() and len(before) > 10
+    # The second run started from the first's weights (reloaded with broadcast_from_rank0) and trained on.
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    assert all(before[k].shape == after[k].shape for k in before)
+
+
+# --- pytorch/examples minGPT-DDP (2025): torch.accelerator, DDP, float16 AMP, snapshot resume ----------
+
+_MINGPT_TINY = (
+    "data_config.path=data.txt", "data_config.truncate=1.0", "data_config.block_size=32", "gpt_config.n_layer=1",
+    "gpt_config.n_head=2", "gpt_config.n_embd=32", "trainer_config.batch_size=32", "trainer_config.data_loader_workers=0",
+    "trainer_config.save_every=1", "trainer_config.snapshot_path=snap.pt",
+)
+
+
+def _train_losses(text: str) -> dict[int, float]:
+    """minGPT-DDP's ``Epoch N | Iter 0 | Train Loss X`` lines, as {N: X}."""
+    return {int(m[1]): float(m[2]) for m in re.finditer(r"Epoch (\d+) \| Iter 0 \| Train Loss ([\d.]+)", text)}
+
+
+@pytest.mark.skipif(not (hasattr(torch, "accelerator") and hasattr(torch.distributed, "get_default_backend_for_device")),
+                    reason=f"minGPT-DDP asks torch.accelerator (torch >= 2.6); torch {torch.__version__} has none")
+def test_mingpt_ddp_trains_with_amp_on_the_accelerator_api_and_resumes(tmp_path: Path) -> None:
+    """Unmodified, it exited 0 untrained ("Unable to locate sufficient 2 gpus") before torch.accelerator was migrated."""
+    pytest.importorskip("hydra", reason="minGPT-DDP reads its settings with hydra-core (pip install hydra-core)")
+    work = _workdir("pytorch_examples_mingpt_ddp", tmp_path)
+    words = ("the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog")
+    (work / "data.txt").write_text(" ".join(words[(i * 7) % len(words)] for i in range(700)))
+    first, report = launch_migrate(work, "main.py", *_MINGPT_TINY, "trainer_config.max_epochs=1",
+                                   log_dir=tmp_path / "logs1", timeout=400)
+    assert first.returncode == 0, first.everything
+    for rank in (0, 1):
+        assert "Unable to locate" not in first.ranks[rank] and 1 in _train_losses(first.ranks[rank]), first.ranks[rank]
+    assert "Snapshot saved at epoch 1" in first.ranks[0]
+    assert {"torch.accelerator.is_available", "torch.accelerator.device_count", "torch.accelerator.set_device_index",
+            "get_default_backend_for_device(cuda)", 'torch.autocast(device_type="cuda")',
+            'torch.amp.GradScaler("cuda")', "DistributedDataParallel(device_ids=, output_device=)"} <= redirected(report), report
+    second, _ = launch_migrate(work, "main.py", *_MINGPT_TINY, "trainer_config.max_epochs=3",
+                               log_dir=tmp_path / "logs2", timeout=400)
+    assert second.returncode == 0, second.everything
+    for rank in (0, 1):
+        assert "Resuming training from snapshot at Epoch 1" in second.ranks[rank], second.ranks[rank]
+        losses = _train_losses(second.ranks[rank])
+        assert sorted(losses) == [2, 3] and losses[3] < _train_losses(first.ranks[rank])[1]

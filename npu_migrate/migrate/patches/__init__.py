@@ -13,6 +13,7 @@ Usage::
 * :mod:`.data_amp`: ``DataLoader(pin_memory=)``, ``torch.autocast``, ``GradScaler``.
 * :mod:`.cuda_namespace`: every public callable of ``torch.cuda`` and ``torch.cuda.amp``.
 * :mod:`.streams`: ``torch.cuda`` streams, events and ``torch.cuda.nvtx``.
+* :mod:`.accelerator`: ``torch.accelerator``, DeviceMesh's device type, ``Module.to_empty(device=)``.
 * :mod:`.compiled`: ``torch.compile`` sees the same answers as eager code.
 * :mod:`.processes`: reports written by forked and multiprocessing children.
 
@@ -24,10 +25,10 @@ from __future__ import annotations
 
 from typing import Callable
 
-from npu_migrate.migrate.patches import (compiled, cuda_namespace, data_amp, distributed, processes, serialization, streams,
-                                         tensors)
+from npu_migrate.migrate.patches import (accelerator, compiled, cuda_namespace, data_amp, distributed, processes,
+                                         serialization, streams, tensors)
 
 AREAS: tuple[Callable[[], None], ...] = (
     tensors.install, serialization.install, distributed.install, data_amp.install, cuda_namespace.install,
-    streams.install_nvtx, compiled.install, processes.install,
+    streams.install_nvtx, accelerator.install, compiled.install, processes.install,
 )

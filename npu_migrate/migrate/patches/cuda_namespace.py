@@ -26,6 +26,7 @@ from npu_migrate.migrate import sim
 from npu_migrate.migrate.callers import caller_aware, switch_class
 from npu_migrate.migrate.mapping import target_device
 from npu_migrate.migrate.patches import data_amp, streams
+from npu_migrate.migrate.signatures import answer, shaped
 from npu_migrate.migrate.state import STATE, patch
 
 # What to do instead, for the CUDA features that cannot be migrated.
@@ -43,7 +44,7 @@ CUDA_TABLE = {**sim.CUDA_TABLE, **streams.CUDA_TABLE}
 CUDA_CLASSES = {**sim.CUDA_CLASSES, **streams.CUDA_CLASSES}
 
 
-def unmapped(name: str) -> Callable[..., Any]:
+def unmapped(name: str) -> Any:
     """A stand-in for ``torch.cuda.<name>`` that raises MigrationError with advice."""
     spec = STATE.target
     where = spec.name if spec is not None else "the target"
@@ -52,10 +53,10 @@ def unmapped(name: str) -> Callable[..., Any]:
                                   "remove the call, guard it so it runs only on CUDA, or port the script "
                                   "with `npu-migrate port`, which reports it")
 
-    def fail(*args: Any, **kwargs: Any) -> Any:
+    def fail() -> Any:
         raise MigrationError(f"torch.cuda.{name} has no {where} equivalent under runtime migration: {advice}.")
 
-    return fail
+    return answer(fail)  # a call torch would reject still gets torch's TypeError
 
 
 def _legacy_type(cpu_type: Any) -> Callable[..., Any]:
@@ -115,6 +116,7 @@ def install() -> None:
         if impl is None:
             impl = unmapped(name)
         api = f"torch.cuda.{name}"
+        impl = shaped(value, impl)
         stand_in = (switch_class if inspect.isclass(value) else caller_aware)(value, impl, api, kind, note)
         patch(cuda, name, stand_in)
         # The same object under torch.cuda's submodules (torch.cuda.memory.empty_cache).

@@ -25,23 +25,37 @@ import torch
 
 from npu_migrate import device as _device
 from npu_migrate.migrate.callers import caller_aware
+from npu_migrate.migrate.signatures import answer
 from npu_migrate.migrate.state import STATE, patch
 
-_HOST_STREAM = _device.HostStream()
+HOST_STREAM = _device.HostStream()
 
-# Functions of torch.cuda on the CPU target, as (kind, CPU implementation, note).
-CUDA_TABLE: dict[str, tuple[str, Callable[..., Any], str]] = {
-    "current_stream": ("redirected", lambda *a, **k: _HOST_STREAM, "host stream"),
-    "default_stream": ("redirected", lambda *a, **k: _HOST_STREAM, "host stream"),
-    "set_stream": ("noop", lambda *a, **k: None, ""),
-    "stream": ("redirected", lambda s=None: contextlib.nullcontext(s), ""),
-    "is_current_stream_capturing": ("noop", lambda: False, ""),
+
+
+def stream(stream: Any) -> Any:
+    """``torch.cuda.stream(stream)`` on the CPU target (timm passes it by keyword: ``stream=s``)."""
+    return contextlib.nullcontext(stream)
+
+
+def stream_context(stream: Any) -> Any:
+    """``torch.cuda.StreamContext(stream)`` on the CPU target."""
+    return contextlib.nullcontext(stream)
+
+
+# Functions of torch.cuda on the CPU target, as (kind, CPU implementation, note); an answer()
+# ignores its arguments and takes torch's (npu_migrate.migrate.signatures).
+CUDA_TABLE: dict[str, tuple[str, Any, str]] = {
+    "current_stream": ("redirected", answer(lambda: HOST_STREAM), "host stream"),
+    "default_stream": ("redirected", answer(lambda: HOST_STREAM), "host stream"),
+    "set_stream": ("noop", answer(lambda: None), ""),
+    "stream": ("redirected", stream, ""),
+    "is_current_stream_capturing": ("noop", answer(lambda: False), ""),
 }
 # Classes of torch.cuda on the CPU target, as (kind, CPU implementation, note).
 CUDA_CLASSES: dict[str, tuple[str, Callable[..., Any], str]] = {
     "Event": ("redirected", _device.HostEvent, "host event: measures time"),
     "Stream": ("redirected", _device.HostStream, "host stream"),
-    "StreamContext": ("redirected", lambda stream: contextlib.nullcontext(stream), ""),
+    "StreamContext": ("redirected", stream_context, ""),
 }
 # torch.cuda.nvtx ranges annotate profiles. On npu they become torch.npu.mstx markers (the Ascend
 # profiler's, torch_npu.npu.mstx) where torch_npu has them; elsewhere, no-ops that take the same
@@ -61,24 +75,24 @@ def nvtx_functions(mstx: Any) -> dict[str, Callable[..., Any]]:
     ranges = _Ranges()
     ids = itertools.count(1)
 
-    def range_start(msg: str, *args: Any, **kwargs: Any) -> int:
+    def range_start(msg: str) -> int:
         return mstx.range_start(msg) if mstx is not None else next(ids)
 
     def range_end(range_id: int) -> None:
         if mstx is not None:
             mstx.range_end(range_id)
 
-    def range_push(msg: str, *args: Any, **kwargs: Any) -> int:
+    def range_push(msg: str) -> int:
         ranges.stack.append(range_start(msg))
         return len(ranges.stack) - 1  # the zero-based depth of the new range, as NVTX returns
 
-    def range_pop(*args: Any, **kwargs: Any) -> int:
+    def range_pop() -> int:
         if not ranges.stack:
             return -1  # NVTX's answer for a pop without a push
         range_end(ranges.stack.pop())
         return len(ranges.stack)
 
-    def mark(msg: str, *args: Any, **kwargs: Any) -> None:
+    def mark(msg: str) -> None:
         if mstx is not None:
             mstx.mark(msg)
 

@@ -143,8 +143,26 @@ def to_wrapper(original: Callable[..., Any], api: str) -> Callable[..., Any]:
     return to
 
 
+def _import_device_mode() -> Any:
+    try:
+        import torch.utils._device as device_mode
+    except ImportError:
+        return None
+    return device_mode
+
+
 def install() -> None:
     """Patch the tensor factories, ``Tensor``'s device methods and ``Module.to``/``.cuda``."""
+    # ``with torch.device("meta"):`` fills in the device of the factories in a set torch builds on
+    # first use (torch.utils._device._device_constructors, cached): built after the patches, it
+    # held the wrappers, never the functions torch dispatches, and meta models landed on the CPU.
+    device_mode = sys.modules.get("torch.utils._device") or _import_device_mode()
+    constructors = getattr(device_mode, "_device_constructors", None)
+    if constructors is not None:
+        constructors()
+    context = getattr(device_mode, "DeviceContext", None)
+    if context is not None:  # ``with torch.device("cuda"):`` makes the target's device the default
+        patch(context, "__init__", device_args(vars(context)["__init__"], 'with torch.device("cuda")'))
     tensor_to = torch.Tensor.to
     module_to = torch.nn.Module.to
     patch(torch.Tensor, "to", to_wrapper(tensor_to, "Tensor.to"))
