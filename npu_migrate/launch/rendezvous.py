@@ -39,10 +39,9 @@ is accepted when the ranks are exactly ``0..nnodes-1``.
                       node rank ends a forming job, but is only refused by a running one.
 ``gen``               the newest generation (restart count).
 ``fail/<gen>``        the first failure of a generation (a rank's error, a hang, or a lost
-                      node: also found when a rank's connection error names a node whose
-                      launcher no longer answers, :meth:`Rendezvous.lost_peer`), JSON; the one with the earliest ``time`` wins (compare-and-set:
-                      a node replaces a later one); every node stops its ranks, then restarts
-                      or ends.
+                      node, also one a rank's connection error named: :meth:`Rendezvous.lost_peer`),
+                      JSON; the one with the earliest ``time`` wins (compare-and-set: a node
+                      replaces a later one); every node stops its ranks, then restarts or ends.
 ``flight/<gen>/<K>``  node K's ranks' flight records (:mod:`.flight`), JSON, every heartbeat;
                       node 0 reads them to decide a hang for the whole job (:mod:`.watchdog`).
 ``hang/<gen>``        the latest hang node 0 declared: ``{"id", "summary", "states", ...}``;
