@@ -40,7 +40,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from npu_migrate.errors import NpuMigrateError
-from npu_migrate.textsafe import printable
 from npu_migrate.launch import flight, hints, report, stacks
 from npu_migrate.launch.config import DEFAULT_NODE_TIMEOUT, LaunchConfig, Target, make_config
 from npu_migrate.launch.errors import JobFailed, LaunchError, first_line, say
@@ -49,6 +48,7 @@ from npu_migrate.launch.output import OutputSettings, Relay, log_path
 from npu_migrate.launch.signals import SIGNAL_GRACE_S, STOP_GRACE_S, Interrupted, Signals
 from npu_migrate.launch.watchdog import Hang, Watchdog, state_from_dict
 from npu_migrate.launch.worker import worker_main
+from npu_migrate.textsafe import printable
 
 logger = logging.getLogger(__name__)
 
