@@ -68,7 +68,7 @@ def addresses_in(text: str) -> list[str]:
 def named_in(text: str, members: dict[int, Any], me: int) -> list[Any]:
     """The other members of the round whose address ``text`` names (by node rank).
 
-    ``members`` maps node ranks to :class:`~.rendezvous.Member` (anything with ``addr``). When
+    ``members`` maps node ranks to :class:`~.board.Member` (anything with ``addr``). When
     several nodes share an address (nodes on one host over loopback), each is named: the ping
     then tells which of them is gone.
     """
@@ -83,6 +83,11 @@ def _normal(addr: str) -> str:
         return addr
 
 
+ANSWERS_PER_BEAT = 64
+"""The most pings one heartbeat answers (the newest): a few launchers ask at once at most, and a
+counter someone raised by millions must not keep the heartbeat busy."""
+
+
 def _ping_key(prefix: str, owner: str) -> str:
     return f"{prefix}/ping/{owner}"
 
@@ -94,7 +99,7 @@ def _pong_key(prefix: str, owner: str, n: int) -> str:
 def answer_pings(store: PaddedStore, prefix: str, owner: str, answered: int) -> int:
     """Answer every ping to ``owner`` asked since ``answered``; return the new count answered."""
     asked = int(store.add(_ping_key(prefix, owner), 0))
-    for n in range(answered + 1, asked + 1):
+    for n in range(max(answered, asked - ANSWERS_PER_BEAT) + 1, asked + 1):
         store.set(_pong_key(prefix, owner, n), "1")
     return max(answered, asked)
 
