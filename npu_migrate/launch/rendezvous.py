@@ -352,8 +352,9 @@ class Rendezvous:
                 counters = {k: store.add(self._key(f"alive/{m.owner}"), 0) for k, m in members.items()}
                 self._flight(store, gen, members)
                 # Tell node 0 we read it: it keeps serving the store until every node has.
+                # Only a node of the job counts: a refused duplicate that read its own abort is none.
                 for seen, value in (("seen/abort", abort), (f"seen/{gen}", fail)):
-                    if value and seen not in self._seen_sent and self.cfg.node_rank != 0:
+                    if value and seen not in self._seen_sent and self.cfg.node_rank != 0 and self._claimed:
                         self._seen_sent.add(seen)
                         store.add(self._key(seen), 1)
                 now = time.monotonic()
@@ -587,6 +588,7 @@ class Rendezvous:
             JobEvent: the board spoke meanwhile (another node's failure, an abort, a lost node).
             Interrupted: SIGINT/SIGTERM meanwhile.
         """
+        self._raise_event()  # the board may already say why (an abort ends ranks on every node)
         text = f"{failure.get('message') or ''}\n{failure.get('traceback') or ''}"
         with self._lock:
             members, changed = dict(self._members), dict(self._last_change)
@@ -596,6 +598,7 @@ class Rendezvous:
                                "liveness")
             if state is Liveness.ALIVE or (state is Liveness.GONE and member.node_rank != 0):
                 continue  # alive: the rank's error stands; the store gone: the board names node 0
+            self._raise_event()  # an abort read meanwhile explains the loss (node 0 ended the job)
             last_beat = time.time() - (time.monotonic() - changed.get(member.node_rank, time.monotonic()))
             return lost_record(member, state, seconds, failure, self.cfg.node_rank, last_beat)
         return None

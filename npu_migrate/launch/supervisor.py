@@ -481,6 +481,8 @@ class Job:
             logger.info("node %s: %s", cfg.node_rank, self.phase)
             procs = self._start(attempt)
             outcome, detail = self._watch(procs)
+            if outcome == "failed" and rdzv is not None:
+                outcome, detail = self._cause_of(detail)
             if outcome == "ok":
                 self._drain()
             if outcome == "ok" and rdzv is not None:
@@ -539,8 +541,6 @@ class Job:
         if outcome in ("failed", "hang"):  # one of ours
             record = detail.record()
             if rdzv is not None:
-                if outcome == "failed":
-                    record = self._cause_of(record)
                 rdzv.publish_failure(record)
                 record = rdzv.first_failure() or record
         else:
@@ -566,14 +566,23 @@ class Job:
         where = "" if failure.node_rank == self.cfg.node_rank else f" on node {failure.node_rank}"
         return failure.headline() + where, failure.details(), True
 
-    def _cause_of(self, record: dict[str, Any]) -> dict[str, Any]:
-        """A rank's failure, or the lost node its connection error names (cause first, :meth:`.Rendezvous.lost_peer`)."""
-        from npu_migrate.launch.rendezvous import JobEvent
+    def _cause_of(self, failure: Failure) -> tuple[str, Any]:
+        """A rank's failure, or what caused it: a lost node its connection error names, or an abort.
+
+        Returns ``("failed", failure)`` or ``("event", Event)``, as :meth:`_watch` does
+        (:meth:`.Rendezvous.lost_peer`).
+        """
+        from npu_migrate.launch.rendezvous import Event, JobEvent
 
         try:
-            return self.rdzv.lost_peer(record) or record
-        except JobEvent as exc:  # the heartbeat board named the lost node first; other news is read after publishing
-            return exc.event.record if exc.event.kind == "lost" else record
+            lost = self.rdzv.lost_peer(failure.record())
+        except JobEvent as exc:
+            if exc.event.kind in ("abort", "lost"):  # the board already knows why the job ends
+                return "event", exc.event
+            return "failed", failure  # another node's failure: the earliest wins when ours is published
+        if lost is not None:
+            return "event", Event("lost", lost["message"], lost)
+        return "failed", failure
 
 
 def _failure_from(record: Any) -> Failure | None:
