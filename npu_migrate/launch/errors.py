@@ -16,6 +16,10 @@ from __future__ import annotations
 import sys
 
 from npu_migrate.errors import NpuMigrateError, UsageError
+from npu_migrate.textsafe import printable
+
+SAY_LIMIT = 4000
+"""Characters of one console line: a long error with its rank and host, not a log."""
 
 
 class LaunchError(NpuMigrateError):
@@ -39,8 +43,13 @@ class JobFailed(NpuMigrateError):
 
 
 def say(message: str) -> None:
-    """One line on stderr, prefixed so it stands apart from the ranks' own output."""
-    print(f"npu-migrate launch: {message}", file=sys.stderr, flush=True)
+    """One line on stderr, prefixed so it stands apart from the ranks' own output.
+
+    Messages often carry text other processes wrote (a rank's error, another node's abort reason,
+    a host name from the store): it is made printable here, the one place every line passes, so
+    no message can move the cursor, recolour the console or span lines.
+    """
+    print(f"npu-migrate launch: {printable(message, SAY_LIMIT)}", file=sys.stderr, flush=True)
 
 
 def first_line(exc: BaseException, limit: int = 200) -> str:

@@ -25,9 +25,13 @@ is accepted when the ranks are exactly ``0..nnodes-1``.
 ``shape``             ``{"nnodes", "device_num", "max_restarts", "hccl"}`` (``hccl``: the HCCL
                       variables every node must share, :mod:`.hccl`), first writer wins; a node
                       with other values aborts the job, so every node says why.
-``claim/<K>``         ``{"owner", "host", "pid"}`` of the launcher holding node rank K. Taken
-                      over when its owner is marked lost or its heartbeat stands still for
-                      ``--node-timeout``; while it beats, the newcomer is a duplicate.
+``claim/<K>``         ``{"owner", "host", "pid"}`` of the launcher holding node rank K (with
+                      ``"ended": true`` once the job finished). Taken over when its owner is
+                      marked lost or does not answer a ping for ``--node-timeout``; while it
+                      answers, after it ended, or if node 0 ends meanwhile, the newcomer is a
+                      duplicate and is refused.
+``ping/<owner>``,
+``pong/<owner>/<n>``  "are you there?" (:mod:`.liveness`): answered by the owner's heartbeat.
 ``alive/<owner>``     a counter each launcher adds 1 to every ``node_timeout / 10`` seconds
                       (the heartbeat board); a counter that stands still for ``--node-timeout``
                       means that node is lost. Node 0's own loss shows as the store going away.
@@ -36,9 +40,9 @@ is accepted when the ranks are exactly ``0..nnodes-1``.
                       node rank ends a forming job, but is only refused by a running one.
 ``gen``               the newest generation (restart count).
 ``fail/<gen>``        the first failure of a generation (a rank's error, a hang, or a lost
-                      node), JSON; the one with the earliest ``time`` wins (compare-and-set:
-                      a node replaces a later one); every node stops its ranks, then restarts
-                      or ends.
+                      node, also one a rank's connection error named: :meth:`Rendezvous.lost_peer`),
+                      JSON; the one with the earliest ``time`` wins (compare-and-set: a node
+                      replaces a later one); every node stops its ranks, then restarts or ends.
 ``flight/<gen>/<K>``  node K's ranks' flight records (:mod:`.flight`), JSON, every heartbeat;
                       node 0 reads them to decide a hang for the whole job (:mod:`.watchdog`).
 ``hang/<gen>``        the latest hang node 0 declared: ``{"id", "summary", "states", ...}``;
@@ -51,7 +55,7 @@ is accepted when the ranks are exactly ``0..nnodes-1``.
 ``seen/abort``,
 ``seen/<gen>``        counters: the nodes that read ``abort`` / ``fail/<gen>``; node 0 serves
                       (for at most two heartbeats) until the others have read why the job ends.
-``member/<i>``        (in the round's own store) ``{"node_rank", "host", "owner", "gen"}`` of
+``member/<i>``        (in the round's own store) ``{"node_rank", "host", "owner", "gen", "addr"}`` of
                       handler rank i.
 ===================== ====================================================================
 
@@ -76,13 +80,17 @@ import socket
 import threading
 import time
 import uuid
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable
 
 from npu_migrate.launch import authstore, cluster, stores
+from npu_migrate.launch.board import FIELD_LIMIT as _FIELD_LIMIT
+from npu_migrate.launch.board import Event, JobEvent, Member, Round
+from npu_migrate.launch.board import as_record as _as_record
+from npu_migrate.launch.board import peek as _peek
 from npu_migrate.launch.config import CONTROL_PORT_OFFSET, LaunchConfig
 from npu_migrate.launch.errors import LaunchError, first_line
+from npu_migrate.launch.liveness import Liveness, answer_pings, ask, lost_record, named_in
 from npu_migrate.launch.signals import Interrupted, Signals, run_interruptibly
 from npu_migrate.textsafe import printable
 
@@ -90,74 +98,17 @@ logger = logging.getLogger(__name__)
 
 JOB_KEY = "npu_migrate/job"
 _ERRORS_BEFORE_LOST = 3
-
-
-@dataclass(frozen=True)
-class Member:
-    """One node of a round.
-
-    Attributes:
-        node_rank: its ``--node-rank``.
-        host: host name and the address it reaches node 0 from, e.g. ``gpu7 (10.0.0.7)``.
-        owner: the id of its launcher (a new one for every launcher process).
-        generation: the restart count that launcher last knew.
-    """
-
-    node_rank: int
-    host: str
-    owner: str
-    generation: int
-
-
-@dataclass(frozen=True)
-class Round:
-    """A completed rendezvous: the generation to run and every node in it."""
-
-    generation: int
-    members: dict[int, Member]
-
-
-@dataclass(frozen=True)
-class Event:
-    """Something another node (or the heartbeat board) says about the job.
-
-    Attributes:
-        kind: ``"abort"`` (end every node, no restart), ``"failed"`` (the generation failed:
-            restart if allowed) or ``"lost"`` (a node stopped beating; ``record`` names it).
-        message: one line for the console.
-        record: the failure's JSON record (a rank's error, or the lost node).
-    """
-
-    kind: str
-    message: str
-    record: dict[str, Any]
-
-
-class JobEvent(Exception):
-    """Raised out of a wait when an :class:`Event` arrives."""
-
-    def __init__(self, event: Event) -> None:
-        super().__init__(event.message)
-        self.event = event
+LOSS_CONFIRM_SHARE = 0.5
+"""How long (a share of ``--node-timeout``) a node named in a rank's connection error is asked
+whether its launcher is there before it is called lost. A live launcher answers within one
+heartbeat (a tenth of the node timeout); half of it leaves a busy one five beats, and names a
+node that is gone in half the time the heartbeat board would."""
+LOSS_CONFIRM_BEATS = 3
+"""... and never fewer heartbeats than this, where a tenth of the node timeout is clamped."""
 
 
 def _describe_host() -> str:
     return socket.gethostname()
-
-
-_ABSENT = "\0npu_migrate:absent"
-
-
-def _peek(store: Any, key: str) -> str | None:
-    """A key's value, or None if unset, without blocking.
-
-    torch 2.1's TCPStore has no ``check`` in Python; ``compare_set`` with an expected value that
-    is never stored returns that value when the key is missing (the c10d rendezvous backend
-    reads its state the same way). ``store`` is a :class:`PaddedStore`, so this is safe beside
-    the launcher's other threads on torch < 2.4 too.
-    """
-    value = store.compare_set(key, _ABSENT, _ABSENT).decode()
-    return None if value == _ABSENT else value
 
 
 class Rendezvous:
@@ -191,6 +142,9 @@ class Rendezvous:
         self._watching = False
         self._interval = max(0.2, min(2.0, cfg.node_timeout / 10))
         self._seen_sent: set[str] = set()
+        self._answered = 0  # pings to this launcher answered (:mod:`.liveness`)
+        self._finished = False  # every node's ranks finished: the claim stays, marked ended
+        self._lost: set[int] = set()  # node ranks this launcher published as lost
         self._told: tuple[str, float] | None = None  # (seen key, when) of the job's end, published or read
         self.flight_out: str | None = None  # this node's ranks' flight records, published every beat
         self.flight_in: dict[int, str] = {}  # node 0: the other nodes' records, as last read
@@ -246,7 +200,8 @@ class Rendezvous:
         """Reach node 0's store (or serve it), check the job token and flags, claim the node rank.
 
         Raises:
-            LaunchError: node 0 unreachable, another job there, or this node rank taken.
+            LaunchError: node 0 unreachable or gone, another job there, or this node rank taken.
+            JobEvent: the job was aborted meanwhile (another node's duplicate rank or flags).
             Interrupted: SIGINT/SIGTERM meanwhile.
         """
         cfg = self.cfg
@@ -267,11 +222,25 @@ class Rendezvous:
                 "launcher with --node-rank 0 on that host, with the same --port (and check that this "
                 "host can reach it)."
             ) from None
+        try:
+            self._enter(where, master)
+        except (JobEvent, LaunchError, Interrupted):
+            raise
+        except Exception as exc:  # noqa: BLE001 - store errors from torch: node 0's launcher went away
+            raise LaunchError(
+                f"node 0's launcher at {where} stopped answering while this node was joining "
+                f"({first_line(exc, 120)}): the job ended there, or node 0 failed. Start the job again "
+                "on every node."
+            ) from None
+
+    def _enter(self, where: str, master: bool) -> None:
+        """Check the token and flags, start the heartbeat and claim the node rank (:meth:`connect`)."""
+        cfg = self.cfg
         for client in (self.store, self._watch_store):
             client.set_timeout(timedelta(seconds=max(30.0, cfg.node_timeout)))
         if master:
             self._wait(lambda: self.store.set(JOB_KEY, cfg.job_id), "token")
-        theirs = self._wait(self._read_token, "token")
+        theirs = printable(self._wait(self._read_token, "token"), _FIELD_LIMIT)
         if theirs != cfg.job_id:
             raise LaunchError(
                 f"node 0's launcher at {where} runs job {theirs!r}, not this job {cfg.job_id!r}: another job "
@@ -341,41 +310,60 @@ class Rendezvous:
             self.abort(message)
             raise LaunchError(message)
 
+    def _claim_value(self, **extra: Any) -> str:
+        return json.dumps({"owner": self.owner, "host": self.host, "pid": os.getpid(), **extra})
+
     def _claim(self) -> None:
+        """Take ``claim/<node rank>``; refuse this launcher if a live (or finished) launcher holds it.
+
+        Whether the holder is live is asked, not guessed from a heartbeat counter (:mod:`.liveness`):
+        every outcome is decided once, whenever the job around it ends. A holder that answers, one
+        that left cleanly while it was asked, one that ran the job to its end, and a store that went
+        away meanwhile (node 0 ended the job) all mean that this node rank was taken: one refusal.
+        Only a holder marked lost, or silent for ``--node-timeout``, is taken over.
+        """
         cfg, store = self.cfg, self.store
         key = self._key(f"claim/{cfg.node_rank}")
-        mine = json.dumps({"owner": self.owner, "host": self.host, "pid": os.getpid()})
+        mine = self._claim_value()
         while True:
             current = store.compare_set(key, "", mine).decode()
             if current == mine:
                 return
             if not current:
                 continue
-            other = json.loads(current)
-            if _peek(store, self._key(f"lost/{other['owner']}")) or not self._beating(other["owner"]):
+            other = _as_record(current)
+            owner = str(other.get("owner"))
+            if not other.get("ended") and (
+                    _peek(store, self._key(f"lost/{owner}"))
+                    or ask(store, self._connect_for, self.prefix, owner, cfg.node_timeout) is Liveness.SILENT):
                 # Its launcher is gone: this is the node's replacement.
-                if store.compare_set(key, current, mine).decode() == mine:
-                    logger.info("took over node rank %s from a lost launcher on %s", cfg.node_rank, other["host"])
+                now = store.compare_set(key, current, mine).decode()
+                if now == mine:
+                    logger.info("took over node rank %s from a lost launcher on %s", cfg.node_rank,
+                                printable(other.get("host")))
                     return
-                continue
-            message = (f"node rank {cfg.node_rank} is already taken by the launcher on host {other['host']} "
-                       f"(pid {other['pid']}), and host {self.host} (pid {os.getpid()}) was started with it too: "
-                       f"give every node a different --node-rank in [0, {cfg.nnodes}).")
-            if _peek(store, self._key("running")):
-                raise LaunchError(message)  # a running job stays: only the newcomer is refused
-            self.abort(message)
-            raise LaunchError(message)
+                if now:
+                    continue  # another replacement came first: ask about that one
+                # Released while it was asked: it was alive after all, and this launcher is a duplicate.
+            self._refuse_duplicate(other)
 
-    def _beating(self, owner: str) -> bool:
-        """Whether ``owner``'s heartbeat moves within ``--node-timeout``."""
-        key = self._key(f"alive/{owner}")
-        start = self.store.add(key, 0)
-        deadline = time.monotonic() + self.cfg.node_timeout
-        while time.monotonic() < deadline:
-            time.sleep(min(0.5, self.cfg.node_timeout / 10))
-            if self.store.add(key, 0) != start:
-                return True
-        return False
+    def _refuse_duplicate(self, other: dict[str, Any]) -> None:
+        cfg = self.cfg
+        message = (f"node rank {cfg.node_rank} is already taken by the launcher on host "
+                   f"{printable(other.get('host'), _FIELD_LIMIT)} (pid {printable(other.get('pid'), _FIELD_LIMIT)}), "
+                   f"and host {self.host} (pid {os.getpid()}) was started with it too: "
+                   f"give every node a different --node-rank in [0, {cfg.nnodes}).")
+        try:
+            running = bool(_peek(self.store, self._key("running")))
+        except Exception:  # noqa: BLE001 - node 0 ended the job meanwhile: nothing left to end
+            running = True
+        if not running:
+            self.abort(message)  # a forming job ends on every node, which all say why
+        raise LaunchError(message)  # a running job stays: only the newcomer is refused
+
+    def _connect_for(self, seconds: float) -> Any:
+        """Another client of node 0's store, for one blocking wait (:func:`.liveness.ask`)."""
+        return self._make_store(False, seconds)
 
     # -- the heartbeat board (its own thread and store connection)
 
@@ -386,6 +374,7 @@ class Rendezvous:
         while not self._stop.is_set():
             try:
                 store.add(alive, 1)
+                self._answered = answer_pings(store, self.prefix, self.owner, self._answered)
                 abort = _peek(store, self._key("abort"))
                 gen = self.generation
                 fail = _peek(store, self._key(f"fail/{gen}"))
@@ -402,8 +391,9 @@ class Rendezvous:
                 counters = {k: store.add(self._key(f"alive/{m.owner}"), 0) for k, m in members.items()}
                 self._flight(store, gen, members)
                 # Tell node 0 we read it: it keeps serving the store until every node has.
+                # Only a node of the job counts: a refused duplicate that read its own abort is none.
                 for seen, value in (("seen/abort", abort), (f"seen/{gen}", fail)):
-                    if value and seen not in self._seen_sent and self.cfg.node_rank != 0:
+                    if value and seen not in self._seen_sent and self.cfg.node_rank != 0 and self._claimed:
                         self._seen_sent.add(seen)
                         store.add(self._key(seen), 1)
                 now = time.monotonic()
@@ -435,7 +425,7 @@ class Rendezvous:
         else:
             hang = _peek(store, self._key(f"hang/{gen}"))
             if hang:
-                self.hang_in = json.loads(hang)
+                self.hang_in = _as_record(hang)
 
     def announce_hang(self, record: dict[str, Any]) -> None:
         """Node 0: tell every node about a hang (each prints its own ranks' stacks)."""
@@ -465,10 +455,10 @@ class Rendezvous:
             # and the failure is the better report.
             fail = self._fail.get(self.generation) if self._members else None  # only while a round runs
             if fail:
-                record = json.loads(fail)
-                return Event("failed", record.get("message") or "", record)
+                record = _as_record(fail)
+                return Event("failed", printable(record.get("message") or ""), record)
             if self._abort:
-                return Event("abort", self._abort, {})
+                return Event("abort", printable(self._abort), {})
             now = time.monotonic()
             if self._watching and self.cfg.node_rank != 0 and (now - self._last_ok > self.cfg.node_timeout
                                             or self._errors >= _ERRORS_BEFORE_LOST):
@@ -573,7 +563,8 @@ class Rendezvous:
 
     def _exchange(self, store: Any, hrank: int, hworld: int) -> dict[int, Member] | None:
         """Publish our node rank under our handler rank; read everyone's. None if one never comes."""
-        record = {"node_rank": self.cfg.node_rank, "host": self.host, "owner": self.owner, "gen": self.generation}
+        record = {"node_rank": self.cfg.node_rank, "host": self.host, "owner": self.owner, "gen": self.generation,
+                  "addr": self.local_ip}
         store.set(f"member/{hrank}", json.dumps(record))
         deadline = time.monotonic() + self.cfg.node_timeout
         found: dict[int, str] = {}
@@ -596,7 +587,8 @@ class Rendezvous:
                            f"--node-rank in [0, {self.cfg.nnodes}).")
                 self.abort(message)
                 raise LaunchError(message)
-            members[rec["node_rank"]] = Member(rec["node_rank"], rec["host"], rec["owner"], int(rec["gen"]))
+            members[rec["node_rank"]] = Member(rec["node_rank"], rec["host"], rec["owner"], int(rec["gen"]),
+                                               rec.get("addr"))
         return members
 
     # -- while running, and after
@@ -604,20 +596,51 @@ class Rendezvous:
     def publish_failure(self, record: dict[str, Any]) -> None:
         """Tell every node that this generation failed (the first report wins); never blocks long."""
         gen = self.generation
-
+        if record.get("kind") == "lost" and isinstance(record.get("node_rank"), int):
+            self._lost.add(record["node_rank"])  # it will never read why the job ends: no one waits for it
         self._told = (f"seen/{gen}", time.monotonic())
 
         def publish() -> None:
             key, mine = self._key(f"fail/{gen}"), json.dumps(record)
             current = self.store.compare_set(key, "", mine).decode()
             # The earliest failure wins, whichever node saw its own first.
-            while current != mine and json.loads(current).get("time", 0.0) > record.get("time", float("inf")):
+            while current != mine and _as_record(current).get("time", 0.0) > record.get("time", float("inf")):
                 current = self.store.compare_set(key, current, mine).decode()
             if record.get("kind") == "lost" and record.get("owner"):
                 self.store.set(self._key(f"lost/{record['owner']}"), "1")
             self.store.set(self._key("running"), "")
 
         self._quietly(publish)
+
+    def lost_peer(self, failure: dict[str, Any]) -> dict[str, Any] | None:
+        """The node behind a rank's connection error, when that node is gone: a ``lost`` record, cause first.
+
+        A rank whose peer's launcher was killed fails at once with the backend's connection error,
+        which names the peer's address; the heartbeat board would call the node lost only after
+        ``--node-timeout``, and the report would blame this node's rank. Each other node the error
+        names (:func:`.liveness.named_in`) is asked whether its launcher is there
+        (:func:`.liveness.ask`, :data:`LOSS_CONFIRM_SHARE` of the node timeout at most). The record
+        keeps the rank's failure under ``"after"`` and carries the time of the node's last
+        heartbeat seen here, so it wins over its consequences on every node.
+
+        Raises:
+            JobEvent: the board spoke meanwhile (another node's failure, an abort, a lost node).
+            Interrupted: SIGINT/SIGTERM meanwhile.
+        """
+        self._raise_event()  # the board may already say why (an abort ends ranks on every node)
+        text = f"{failure.get('message') or ''}\n{failure.get('traceback') or ''}"
+        with self._lock:
+            members, changed = dict(self._members), dict(self._last_change)
+        seconds = max(self._interval * LOSS_CONFIRM_BEATS, self.cfg.node_timeout * LOSS_CONFIRM_SHARE)
+        for member in named_in(text, members, self.cfg.node_rank):
+            state = self._wait(lambda m=member: ask(self.store, self._connect_for, self.prefix, m.owner, seconds),
+                               "liveness")
+            if state is Liveness.ALIVE or (state is Liveness.GONE and member.node_rank != 0):
+                continue  # alive: the rank's error stands; the store gone: the board names node 0
+            self._raise_event()  # an abort read meanwhile explains the loss (node 0 ended the job)
+            last_beat = time.time() - (time.monotonic() - changed.get(member.node_rank, time.monotonic()))
+            return lost_record(member, state, seconds, failure, self.cfg.node_rank, last_beat)
+        return None
 
     def first_failure(self) -> dict[str, Any] | None:
         """The failure that won for this generation (as every node sees it), if readable.
@@ -629,7 +652,7 @@ class Rendezvous:
 
         def read() -> dict[str, Any] | None:
             value = _peek(self.store, key)
-            return json.loads(value) if value else None
+            return _as_record(value) if value else None
 
         return self._quietly(read)
 
@@ -679,6 +702,7 @@ class Rendezvous:
             self.store.add(acked, 1)
 
         self._wait(wait_done, "finish")
+        self._finished = True
         if self.cfg.node_rank == 0:  # keep serving until every node has read the result
             def wait_acked() -> None:
                 deadline = time.monotonic() + 10
@@ -697,7 +721,7 @@ class Rendezvous:
         if self.cfg.node_rank == 0 and self._told is not None and self.store is not None:
             key, since = self._told
             deadline = since + max(4.0, 2 * self._interval + 0.5, self.cfg.node_timeout / 2)
-            others = self.cfg.nnodes - 1
+            others = self.cfg.nnodes - 1 - len(self._lost - {0})
 
             def linger() -> None:
                 while self.store.add(self._key(key), 0) < others and time.monotonic() < deadline:
@@ -714,6 +738,13 @@ class Rendezvous:
             if stop is not None:
                 self._quietly(stop, 2.0)
         if self._claimed and self.store is not None:
+            # A launcher asking about this one meanwhile hears that it was here (:meth:`_claim`), then
+            # the node rank is given back, unless the job finished: a late duplicate is refused then too.
             key = self._key(f"claim/{self.cfg.node_rank}")
-            mine = json.dumps({"owner": self.owner, "host": self.host, "pid": os.getpid()})
-            self._quietly(lambda: self.store.compare_set(key, mine, ""), 2.0)
+            after = self._claim_value(ended=True) if self._finished else ""
+
+            def leave() -> None:
+                answer_pings(self.store, self.prefix, self.owner, self._answered)
+                self.store.compare_set(key, self._claim_value(), after)
+
+            self._quietly(leave, 2.0)

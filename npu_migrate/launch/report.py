@@ -1,5 +1,9 @@
 """The job's end as a JSON file: every rank's exit, the first failure, the hang (``--error-file``).
 
+Every string in the report that a rank or another launcher wrote (messages, tracebacks, a lost
+node's host, a hang's stacks) goes through :func:`npu_migrate.textsafe.printable` (newlines kept):
+a report can be shown with ``cat`` without what it quotes driving the terminal.
+
 Usage (by the supervisor, once the job has ended on this node)::
 
     report = build(cfg, code, ranks, first_failure, hang)
@@ -11,6 +15,8 @@ it (chosen by when it happened, across nodes). Layout (``version`` 1)::
 
     {"version": 1, "node_rank": 0, "host": "gpu7", "exit_code": 1, "outcome": "failed",
      "first_failure": {"kind": "rank"|"hang"|"lost", "rank": 1, "message_line": "...", "time": ...},
+                      # "lost": {"node_rank": 1, "host": "gpu8 (10.0.0.8)", "message": "lost node 1 ...",
+                      #          "after": {the rank failure it caused, when a rank's error named it}}
      "hang": {"summary": "...", "behind": [1], "states": {...}, "stacks": {"0": "...", ...}} | null,
      "ranks": [{"rank": 0, "local_rank": 0, "pid": 123, "exit_code": -15, "signal": "SIGTERM",
                 "stopped_by_launcher": true, "first_failure": false, "exc_type": null,
@@ -29,8 +35,11 @@ from typing import Any
 
 from npu_migrate import fileio, redact
 from npu_migrate.ops import npu_lines
+from npu_migrate.textsafe import printable
 
 VERSION = 1
+TEXT_LIMIT = 20000
+"""Characters kept of one string in the report: a long traceback or a rank's stack, not a log."""
 
 
 @dataclass
@@ -73,11 +82,22 @@ def build(node_rank: int, exit_code: int, outcome: str, ranks: list[RankExit],
         "time": time.time(),
         "exit_code": exit_code,
         "outcome": outcome,
-        "first_failure": first_failure,
-        "hang": hang,
-        "ranks": [asdict(r) for r in ranks],
-        "npu_warnings": npu_lines.COLLECTED.by_rank(),  # torch_npu's fallback/AiCPU/float64 lines per rank
+        "first_failure": _printable(first_failure),
+        "hang": _printable(hang),
+        "ranks": [_printable(asdict(r)) for r in ranks],
+        "npu_warnings": _printable(npu_lines.COLLECTED.by_rank()),  # torch_npu's fallback/AiCPU/float64 lines per rank
     }
+
+
+def _printable(value: Any) -> Any:
+    """``value`` with every string in it made printable (dicts and lists walked; keys too)."""
+    if isinstance(value, str):
+        return printable(value, TEXT_LIMIT, keep_newlines=True)
+    if isinstance(value, dict):
+        return {_printable(str(k)): _printable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_printable(v) for v in value]
+    return value
 
 
 def paths(error_file: str | None, log_dir: str | None, node_rank: int) -> list[str]:

@@ -48,6 +48,7 @@ from npu_migrate.launch.output import OutputSettings, Relay, log_path
 from npu_migrate.launch.signals import SIGNAL_GRACE_S, STOP_GRACE_S, Interrupted, Signals
 from npu_migrate.launch.watchdog import Hang, Watchdog, state_from_dict
 from npu_migrate.launch.worker import worker_main
+from npu_migrate.textsafe import printable
 
 logger = logging.getLogger(__name__)
 
@@ -298,10 +299,27 @@ class Job:
         block = stacks.format_stacks(texts, states, node)
         head = f"stacks of {len(texts)} rank(s){where}, {why}, all threads, most recent call first:"
         say(head)
-        if block:
-            print(block, file=sys.stderr, flush=True)
+        if block:  # stacks the ranks dumped: strip what could drive the terminal, keep every line
+            print(printable(block, max(len(block), 1), keep_newlines=True), file=sys.stderr, flush=True)
         stacks.write_dump(self.error_dir, self.signals.dumps, f"{head}\n{block}")
         return texts
+
+    def _relay_hang(self, announced: dict[str, Any]) -> None:
+        """Node 0 announced a hang (a record from the store): print this node's stacks once per hang."""
+        try:
+            hang_id = int(announced.get("id", 0))
+            summary = printable(announced.get("summary"))
+            states = {int(r): printable(v["state"], 200) for r, v in announced.get("states", {}).items()}
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            logger.debug("unreadable hang announcement: %s", exc)
+            return
+        if hang_id <= self._hangs_seen:
+            return
+        self._hangs_seen = hang_id
+        say(f"node 0 reports a hang: {summary}")
+        texts = self._dump_stacks("at the hang", states)
+        self._hang = {**announced, "summary": summary, "stacks": {str(r): t for r, t in texts.items()}}
+        self.rdzv.ack_hang(hang_id)
 
     def _watch_flight(self) -> Hang | None:
         """Read the flight records; report a hang (node 0 decides for every node). Returns the hang, if new."""
@@ -311,15 +329,14 @@ class Job:
         extra = None
         if rdzv is not None:
             extra = {}
-            for record in rdzv.flight_in.values():
-                extra.update({int(r): state_from_dict(v) for r, v in json.loads(record).items()})
+            for node, record in rdzv.flight_in.items():
+                try:
+                    extra.update({int(r): state_from_dict(v) for r, v in json.loads(record).items()})
+                except (ValueError, TypeError, KeyError, AttributeError) as exc:  # written by another process
+                    logger.debug("node %s's flight records unreadable: %s", node, exc)
             announced = rdzv.hang_in
-            if cfg.node_rank != 0 and announced is not None and announced.get("id", 0) > self._hangs_seen:
-                self._hangs_seen = announced["id"]
-                say(f"node 0 reports a hang: {announced['summary']}")
-                self._hang = {**announced, "stacks": {str(r): t for r, t in self._dump_stacks(
-                    "at the hang", {int(r): v["state"] for r, v in announced["states"].items()}).items()}}
-                rdzv.ack_hang(announced["id"])
+            if cfg.node_rank != 0 and announced is not None:
+                self._relay_hang(announced)
         hang = dog.poll(extra)
         if rdzv is not None and cfg.node_rank != 0:
             rdzv.flight_out = json.dumps({str(r): s.as_dict() for r, s in dog.states.items() if r in dog.paths})
@@ -425,7 +442,11 @@ class Job:
         if rdzv is not None:
             self.phase = "connecting to node 0"
             logger.info("node %s: %s", cfg.node_rank, self.phase)
-            rdzv.connect()
+            try:
+                rdzv.connect()
+            except JobEvent as exc:  # another node ended the forming job (a duplicate rank, other flags)
+                say(f"error: {exc.event.message}")
+                return 1
         while True:
             self._serve_ranks_store()
             if rdzv is not None:
@@ -465,6 +486,8 @@ class Job:
             logger.info("node %s: %s", cfg.node_rank, self.phase)
             procs = self._start(attempt)
             outcome, detail = self._watch(procs)
+            if outcome == "failed" and rdzv is not None:
+                outcome, detail = self._cause_of(detail)
             if outcome == "ok":
                 self._drain()
             if outcome == "ok" and rdzv is not None:
@@ -500,8 +523,8 @@ class Job:
             if self.signals.received is not None:  # asked to stop while tearing down
                 raise Interrupted(self.signals.received)
             say(headline)
-            for line in lines:
-                print(f"  {line}", file=sys.stderr)
+            for line in lines:  # a rank's message and traceback: text from another process
+                print(f"  {printable(line)}", file=sys.stderr)
             if restartable and attempt < cfg.max_restarts:
                 attempt += 1
                 self.phase = "restarting"
@@ -546,13 +569,45 @@ class Job:
         if record.get("kind") == "lost":
             node = record.get("node_rank")
             message = record.get("message") or f"lost node {node} ({record.get('host')})"
+            after = _failure_from(record.get("after"))
+            lines = [f"after it: {after.headline()}"] if after is not None else []
             if node == 0:
                 return (f"{message}; node 0 serves the job's rendezvous, so the job ends on every node.",
-                        [], False)
-            return message, [], True
-        failure = Failure.from_record(record)
+                        lines, False)
+            return message, lines, True
+        failure = _failure_from(record)
+        if failure is None:  # not a record this launcher writes: say what it says
+            return f"the job failed: {record.get('message') or record}", [], True
         where = "" if failure.node_rank == self.cfg.node_rank else f" on node {failure.node_rank}"
         return failure.headline() + where, failure.details(), True
+
+    def _cause_of(self, failure: Failure) -> tuple[str, Any]:
+        """A rank's failure, or what caused it: a lost node its connection error names, or an abort.
+
+        Returns ``("failed", failure)`` or ``("event", Event)``, as :meth:`_watch` does
+        (:meth:`.Rendezvous.lost_peer`).
+        """
+        from npu_migrate.launch.rendezvous import Event, JobEvent
+
+        try:
+            lost = self.rdzv.lost_peer(failure.record())
+        except JobEvent as exc:
+            if exc.event.kind in ("abort", "lost"):  # the board already knows why the job ends
+                return "event", exc.event
+            return "failed", failure  # another node's failure: the earliest wins when ours is published
+        if lost is not None:
+            return "event", Event("lost", lost["message"], lost)
+        return "failed", failure
+
+
+def _failure_from(record: Any) -> Failure | None:
+    """A rank's failure record as another launcher published it, or None if it is not one."""
+    if not isinstance(record, dict):
+        return None
+    try:
+        return Failure.from_record(record)
+    except TypeError:  # fields missing
+        return None
 
 
 def _signal_name(code: int | None) -> str | None:
