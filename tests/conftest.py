@@ -163,3 +163,19 @@ def run_ranks(
     ]
     assert not failures, "\n".join(failures)
     return [json.loads((out_dir / f"rank{r}.json").read_text()) for r in range(nproc)]
+
+
+def released_wheel(version: str):
+    """A torch-npu release's wheel, cached (``NPU_MIGRATE_RELEASES_DIR``) or installed; never downloaded.
+
+    Under CI (``CI=true``; .ci/run downloads the wheels first) a missing wheel fails the test;
+    elsewhere it skips, saying how to get it.
+    """
+    from npu_migrate import releases
+
+    try:
+        return releases.find(version, allow_download=False)
+    except releases.ReleaseNotFound as exc:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI must have the wheel (.ci/run downloads it): {exc}")
+        pytest.skip(str(exc))

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +30,8 @@ sys.path[:0] = [str(ROOT)] if str(ROOT) not in sys.path else []
 
 from npu_migrate import releases  # noqa: E402
 from npu_migrate.releases import pairs, surface  # noqa: E402
+
+from conftest import released_wheel  # noqa: E402
 
 FAKE_NPU = TESTS / "fake_npu"
 NOT_SIMULATED = FAKE_NPU / "NOT_SIMULATED.txt"
@@ -49,12 +50,7 @@ def compared_versions() -> list[str]:
 
 def release(version: str) -> releases.Release:
     """The cached (or installed) wheel of ``version``; fail under CI, skip elsewhere, when missing."""
-    try:
-        return releases.find(version, allow_download=False)
-    except releases.ReleaseNotFound as exc:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"CI must have the wheel (.ci/run downloads it): {exc}")
-        pytest.skip(str(exc))
+    return released_wheel(version)
 
 
 # --------------------------------------------------------------------------- what the code uses

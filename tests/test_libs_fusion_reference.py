@@ -16,8 +16,7 @@ import re
 import pytest
 import torch
 
-from conftest import FAKE_NPU
-from npu_migrate import releases
+from conftest import FAKE_NPU, released_wheel
 
 _spec = importlib.util.spec_from_file_location("fusion_reference", FAKE_NPU / "torch_npu" / "_fusion_attention.py")
 ref = importlib.util.module_from_spec(_spec)
@@ -30,10 +29,7 @@ TRIU = torch.ones(2048, 2048, dtype=torch.bool).triu(1)
 @pytest.fixture(scope="module")
 def wheel_declaration() -> list[tuple[str, str]]:
     """``(name, default)`` of each parameter of ``npu_fusion_attention`` as the wheel's codegen yaml declares it."""
-    try:
-        release = releases.find(RELEASE)
-    except releases.ReleaseNotFound as exc:  # no cache and no index: say so rather than pass
-        pytest.skip(f"torch-npu {RELEASE} is not available here: {exc}")
+    release = released_wheel(RELEASE)
     text = release.read_text("torch_npu/csrc/aten/npu_native_functions_by_codegen.yaml")
     match = re.search(r"func: npu_fusion_attention\((.*?)\) ->", text)
     assert match, "npu_fusion_attention is no longer declared in the wheel's codegen yaml"

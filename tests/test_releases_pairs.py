@@ -7,7 +7,6 @@ a missing wheel fails under CI (``CI=true``) and skips elsewhere. Nothing is dow
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
 from pathlib import Path
@@ -15,18 +14,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ROOT, child_env, run_cli
+from conftest import ROOT, child_env, released_wheel, run_cli
 from npu_migrate import releases
 from npu_migrate.releases import pairs
 
 
 def _release(version: str) -> releases.Release:
-    try:
-        return releases.find(version, allow_download=False)
-    except releases.ReleaseNotFound as exc:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"CI must have the wheel (.ci/run downloads it): {exc}")
-        pytest.skip(str(exc))
+    return released_wheel(version)
 
 
 def _npu_extra() -> str:

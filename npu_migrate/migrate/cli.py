@@ -51,6 +51,17 @@ def build_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     return parser
 
 
+def run_script(script: str, script_args: list[str], module: bool = False) -> None:
+    """Run the user's script (or ``-m`` module) in this process as ``python`` would, as ``__main__``."""
+    sys.argv = [script, *script_args]
+    if module:
+        sys.path.insert(0, os.getcwd())
+        runpy.run_module(script, run_name="__main__", alter_sys=True)
+    else:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+        runpy.run_path(script, run_name="__main__")
+
+
 def write_report(report_dir: str, path: str | None, job_failed: bool = False) -> str | None:
     """Merge every process's record in ``report_dir`` into ``path``; return the console's line about it.
 
@@ -102,13 +113,7 @@ def run(args: argparse.Namespace) -> int:
         probe_module.install_from_env()
     code = 0
     try:
-        sys.argv = [args.script, *args.script_args]
-        if args.module:
-            sys.path.insert(0, os.getcwd())
-            runpy.run_module(args.script, run_name="__main__", alter_sys=True)
-        else:
-            sys.path.insert(0, os.path.dirname(os.path.abspath(args.script)))
-            runpy.run_path(args.script, run_name="__main__")
+        run_script(args.script, args.script_args, module=args.module)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         if exc.code is not None and not isinstance(exc.code, int):

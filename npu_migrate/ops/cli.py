@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import runpy
 import signal
 import socket
 import sys
@@ -138,20 +137,11 @@ def _operators(args: argparse.Namespace) -> Any:
                          "torch-npu wheel; pass --op-list FILE instead.") from exc
 
 
-def _run_script(args: argparse.Namespace) -> None:
-    sys.argv = [args.script, *args.script_args]
-    if args.module:
-        sys.path.insert(0, os.getcwd())
-        runpy.run_module(args.script, run_name="__main__", alter_sys=True)
-    else:
-        sys.path.insert(0, os.path.dirname(os.path.abspath(args.script)))
-        runpy.run_path(args.script, run_name="__main__")
-
-
 def audit(args: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
     """Run the script under the recorder; return the report and the script's failure (or None)."""
     from npu_migrate import migrate
     from npu_migrate.migrate import usercode
+    from npu_migrate.migrate.cli import run_script
 
     operators = _operators(args)  # before the script runs: an unreachable release fails in one line
     usercode.export(args.user_code, usercode.script_of(args.script, args.module))
@@ -169,7 +159,7 @@ def audit(args: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
             recorder = Recorder(Judge(operators), steps=args.steps, fake=args.meta)
             with Watch() as watch, recorder, time_limit(args.seconds):
                 try:
-                    _run_script(args)
+                    run_script(args.script, args.script_args, module=args.module)
                 except AuditDone as exc:
                     ended = str(exc)
                 except SystemExit as exc:
