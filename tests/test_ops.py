@@ -136,6 +136,14 @@ def test_cuda_only_imports_are_listed(tmp_path: Path, release: str, capsys: pyte
     assert "npu-migrate ops: the script failed: ModuleNotFoundError" in captured.err
 
 
+def test_steps_end_the_script_after_torch_compile(tmp_path: Path, release: str,
+                                                   capsys: pytest.CaptureFixture) -> None:
+    code, data = audit(tmp_path, "compiled_train.py", release=release)
+    assert (code, data["steps"], data["ended"]) == (1, 2, "ended after --steps 2")
+    assert "ran all 50 steps" not in capsys.readouterr().out
+    assert [o["verdict"] for o in ops_named(data, "aten::special_entr")] == ["cpu_fallback"]
+
+
 def test_seconds_ends_an_inference_loop(tmp_path: Path, release: str) -> None:
     code, data = audit(tmp_path, "forever.py", "--seconds", "2", release=release)
     assert data["ended"] == "--seconds 2 reached" and data["steps"] == 0
