@@ -186,6 +186,10 @@ def _install_hint(spec: DeviceSpec) -> str:
     found = pairs.pairing(torch.__version__)
     if found is not None:
         return f"pip install {spec.pip_name}=={found.version}, whose METADATA declares {found.requires_torch}"
+    line = pairs.same_line(torch.__version__)
+    if line is not None and line.requires_torch:  # the release of this torch line wants another build
+        return (f"{pairs.install_torch(line.requires_torch)} then pip install {spec.pip_name}=={line.version}, "
+                f"whose METADATA declares {line.requires_torch} (torch {torch.__version__} is another build)")
     return (f"the {spec.pip_name} release whose Requires-Dist accepts torch {torch.__version__} "
             f"(`npu-migrate env --releases` names it)")
 

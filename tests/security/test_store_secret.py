@@ -235,8 +235,11 @@ def test_a_forged_claim_of_a_node_rank(tmp_path: Path, secret: bool) -> None:
         assert codes == [0, 0], node1.err
         assert node1.err.count(REFUSED + f"npu_migrate/{job}/claim/1") == 1
     else:
-        assert codes == [1, 1]
-        assert "node rank 1 is already taken by the launcher on host evil" in node1.err
+        # Without the secret the forged claim is written, but a claim's owner must answer a ping
+        # through its own launcher (launch/liveness.py): one whose heartbeat alone moves is taken over
+        # after --node-timeout. A forger that answers pings too is stopped only by the secret.
+        assert codes == [0, 0], node1.err
+        assert "already taken" not in node1.err
 
 
 def _store_up(port: int) -> bool:
