@@ -73,8 +73,14 @@ def test_forced_npu_without_torch_npu_says_which_pip_install() -> None:
     from npu_migrate.releases import pairs
 
     found = pairs.pairing(torch.__version__)  # the cached wheel whose METADATA accepts this torch, if any
-    fix = (rf"pip install torch-npu=={re.escape(found.version)}, whose METADATA declares {re.escape(found.requires_torch)}"
-           if found is not None else r"the torch-npu release whose Requires-Dist accepts torch .*npu-migrate env --releases")
+    line = pairs.same_line(torch.__version__)  # else the one of this torch's line, for another build
+    if found is not None:
+        fix = rf"pip install torch-npu=={re.escape(found.version)}, whose METADATA declares {re.escape(found.requires_torch)}"
+    elif line is not None:
+        fix = (rf"{re.escape(pairs.install_torch(line.requires_torch))} then pip install torch-npu=={re.escape(line.version)}, "
+               rf"whose METADATA declares {re.escape(line.requires_torch)} \(torch {re.escape(torch.__version__)} is another build\)")
+    else:
+        fix = r"the torch-npu release whose Requires-Dist accepts torch .*npu-migrate env --releases"
     with pytest.raises(nm.DeviceUnavailableError, match=rf"npu needs torch_npu, which is not installed\. Install the release that declares torch {re.escape(torch.__version__)}: {fix}"):
         nm.resolve_device("npu")
     assert not nm.is_available("npu")
