@@ -90,8 +90,10 @@ def test_calls_that_slipped_through_land_on_the_simulated_npu(tmp_path) -> None:
         "try:\n"
         "    torch.cuda.FloatStorage(2)\n"
         "except RuntimeError as exc:\n"
-        "    print(type(exc).__name__, str(exc).split(' has ')[0])\n"
+        "    print(str(exc).split(' is ')[0])\n"
     )
     result = run_cli("run", "--device-num", "2", str(script), env=child_env(FAKE_NPU, ASCEND_RT_VISIBLE_DEVICES="0,1"))
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["npu:0", "npu:0", "npu:0", "npu:1", "MigrationError", "torch.cuda.FloatStorage"]
+    # torch_npu's torch.npu has FloatStorage (the wheel's __all__), so the legacy class is redirected to it; the
+    # stand-in, which simulates no storage classes, names the call it received.
+    assert result.stdout.split() == ["npu:0", "npu:0", "npu:0", "npu:1", "fake", "npu:", "torch.npu.FloatStorage"]
