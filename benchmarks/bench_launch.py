@@ -192,7 +192,7 @@ def multinode(rounds: int, node_timeout: float) -> None:
           "with the default 20)")
 
 
-HANG_JOB = Path(__file__).resolve().parent.parent / "tests" / "workers" / "hang_job.py"
+HANG_JOB = Path(__file__).resolve().parent.parent / "tests" / "launch" / "scripts" / "hang_job.py"
 
 
 def hang_latency(rounds: int, timeout: float) -> None:

@@ -1,18 +1,22 @@
-"""Shared fixtures: a clean environment per test, free ports, and real multi-process jobs.
+"""Shared fixtures: a clean environment per test, free ports, real multi-process jobs, S3 on loopback.
 
 Multi-process tests start real processes that join a gloo (or stand-in hccl) group on
-127.0.0.1 with a free port each; nothing in torch.distributed is mocked.
+127.0.0.1 with a free port each; nothing in torch.distributed is mocked. Each area's child scripts
+live in its ``scripts/`` folder (``LAUNCH_SCRIPTS``...); helpers shared by several test modules
+that are not fixtures are in support.py (test modules never import one another).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import os
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -25,7 +29,10 @@ ROOT = TESTS.parent
 FAKE_NPU = TESTS / "fake_npu"
 BROKEN_NPU = TESTS / "broken_npu"
 MISMATCHED_NPU = TESTS / "mismatched_npu"
-WORKERS = TESTS / "workers"
+LAUNCH_SCRIPTS = TESTS / "launch" / "scripts"
+"""Child scripts of launcher jobs (the launcher's tests, and the top-level ones that run ranks)."""
+MIGRATE_SCRIPTS = TESTS / "migrate" / "scripts"
+DATA_SCRIPTS = TESTS / "data" / "scripts"
 
 # Variables that would change what the code under test sees; each test starts without them.
 _JOB_VARS = (
@@ -179,3 +186,100 @@ def released_wheel(version: str):
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(f"CI must have the wheel (.ci/run downloads it): {exc}")
         pytest.skip(str(exc))
+
+
+# --------------------------------------------------------------------------- S3 on loopback (moto's server)
+
+KEY_ID, SECRET = "AKIATESTKEYID0000001", "s3cret-Value-That-Must-Not-Show"
+# Variables that would let the host's own credentials, profiles or proxies leak into a test.
+_STORAGE_VARS = [n for n in os.environ if n.startswith(("AWS_", "OSS_", "NPU_MIGRATE_STORAGE", "NPU_MIGRATE_CACHE"))]
+_PROXY_VARS = ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "no_proxy", "NO_PROXY", "all_proxy",
+               "ALL_PROXY")
+
+
+class Server:
+    """A moto S3 server on 127.0.0.1 and the moto-api calls the tests use."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.endpoint = f"http://127.0.0.1:{port}"
+
+    def api(self, path: str, data: bytes | None = None) -> bytes:
+        request = urllib.request.Request(f"{self.endpoint}/moto-api/{path}", data=data,
+                                         method="POST" if data is not None else "GET",
+                                         headers={"Content-Type": "text/plain"})  # not a form: moto reads the body
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # straight to loopback
+        with opener.open(request, timeout=30) as response:
+            return response.read()
+
+    def record(self) -> None:
+        """Start recording requests afresh."""
+        self.api("recorder/reset-recording", b"")
+        self.api("recorder/start-recording", b"")
+
+    def recorded(self) -> list[dict]:
+        self.api("recorder/stop-recording", b"")
+        return [json.loads(line) for line in self.api("recorder/download-recording").decode().splitlines() if line]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory):
+    # moto creates its recorder on import, writing where this says (not into the repository)
+    os.environ.setdefault("MOTO_RECORDER_FILEPATH", str(tmp_path_factory.mktemp("moto") / "recording"))
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    moto.start()
+    yield Server(moto.get_host_and_port()[1])
+    moto.stop()
+
+
+def s3_env(server: Server) -> dict[str, str]:
+    return {"AWS_ENDPOINT_URL": server.endpoint, "AWS_ACCESS_KEY_ID": KEY_ID, "AWS_SECRET_ACCESS_KEY": SECRET,
+            "AWS_DEFAULT_REGION": "us-east-1", "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost"}
+
+
+def oss_env(server: Server) -> dict[str, str]:
+    """Only OSS_* names; the virtual-hosted host names reach the server as a proxy."""
+    proxy = server.endpoint
+    return {"OSS_ENDPOINT": f"http://oss-test-1.example.invalid:{server.port}", "OSS_ACCESS_KEY_ID": KEY_ID,
+            "OSS_ACCESS_KEY_SECRET": SECRET, "HTTP_PROXY": proxy, "http_proxy": proxy, "NO_PROXY": "", "no_proxy": ""}
+
+
+@pytest.fixture
+def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """No credentials, profiles, config files or proxies of the host machine; a fresh client per test.
+
+    Modules that talk to the server use it for every test: ``pytestmark = pytest.mark.usefixtures("isolated")``.
+    """
+    from npu_migrate.data import storage
+
+    for name in [*_STORAGE_VARS, *_PROXY_VARS]:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-aws-config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "no-aws-credentials"))
+    # a guard: anything that would go out over https (AWS's default endpoint) meets a closed local port
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
+    monkeypatch.setenv("https_proxy", "http://127.0.0.1:9")
+    storage._FILESYSTEMS.clear()
+    yield
+    storage._FILESYSTEMS.clear()
+
+
+@pytest.fixture
+def s3(server: Server, monkeypatch: pytest.MonkeyPatch) -> Server:
+    for name, value in s3_env(server).items():
+        monkeypatch.setenv(name, value)
+    return server
+
+
+_buckets = iter(range(10**6))
+
+
+def new_bucket(prefix: str = "bkt", scheme: str = "s3") -> str:
+    from npu_migrate.data import storage
+
+    name = f"{prefix}-{next(_buckets)}"
+    storage.filesystem(f"{scheme}://{name}").mkdir(name)
+    return name

@@ -10,7 +10,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import npu_migrate as nm
-from conftest import WORKERS, free_port, run_cli, run_ranks
+from conftest import LAUNCH_SCRIPTS, free_port, run_cli, run_ranks
 
 
 def test_single_process_needs_no_launcher() -> None:
@@ -56,7 +56,7 @@ def test_bad_environment_is_one_clear_error(monkeypatch: pytest.MonkeyPatch, env
 
 
 def test_two_ranks_torchrun_style(tmp_path: Path) -> None:
-    reports = run_ranks(WORKERS / "rank_report.py", 2, tmp_path)
+    reports = run_ranks(LAUNCH_SCRIPTS / "rank_report.py", 2, tmp_path)
     assert {r["rank"] for r in reports} == {0, 1}
     for rank, r in enumerate(reports):
         assert r["world_size"] == 2 and r["local_rank"] == rank and r["node_rank"] == 0
@@ -66,7 +66,7 @@ def test_two_ranks_torchrun_style(tmp_path: Path) -> None:
 
 
 def test_two_ranks_spawned_like_seed_003(tmp_path: Path) -> None:
-    from workers.spawn_job import worker
+    from launch.scripts.spawn_job import worker
 
     mp.spawn(worker, args=(2, free_port(), str(tmp_path)), nprocs=2)
     reports = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
@@ -95,6 +95,6 @@ def test_smoke_refuses_bad_input_in_one_line(args: list[str], message: str) -> N
 def test_destroying_a_group_right_after_a_collective_never_hangs(tmp_path: Path, mode: str) -> None:
     # Before torch 2.8 this could hang on the way out (torch 2.1.2: every run of 20 rounds); the
     # job is killed at the timeout, so a hang fails here instead of stalling the suite.
-    reports = run_ranks(WORKERS / "teardown_job.py", 2, tmp_path, timeout=180, MODE=mode)
+    reports = run_ranks(LAUNCH_SCRIPTS / "teardown_job.py", 2, tmp_path, timeout=180, MODE=mode)
     assert [r["rounds"] for r in reports] == [20, 20]
     assert all(s == 8.0 for r in reports for s in r["sums"])  # 4 ones from each of 2 ranks

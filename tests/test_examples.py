@@ -7,18 +7,15 @@ read from its ``--metrics`` file, never from timing.
 
 from __future__ import annotations
 
-import importlib.util
-import json
-import struct
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import FAKE_NPU, ROOT, child_env, free_port
+from conftest import FAKE_NPU, child_env, free_port
+from support import EXAMPLES, check_rows, load_example, ok, rows, write_idx
 
-EXAMPLES = ROOT / "examples"
 DIGITS_HELD_OUT = 359
 OFFLINE_ENV = {  # any download fails at once: the proxy is a closed local port
     "http_proxy": "http://127.0.0.1:9", "https_proxy": "http://127.0.0.1:9",
@@ -39,39 +36,6 @@ def launch(tmp: Path, example: str, *args: str, nproc: int = 2, paths: tuple = (
         cmd = [sys.executable, script]
     return subprocess.run([*cmd, "--data-dir", str(tmp / "data"), *args], env=child_env(*paths, **env),
                           cwd=tmp, capture_output=True, text=True, timeout=timeout)
-
-
-def ok(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
-    assert result.returncode == 0, f"exit {result.returncode}\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
-    return result
-
-
-def rows(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-def check_rows(got: list[dict], epochs: list[int], *, world_size: int = 2, classify: bool = True,
-               device: str = "cpu", backend: str = "gloo") -> None:
-    assert [r["epoch"] for r in got] == epochs
-    for r in got:
-        assert r["samples_per_sec"] > 0 and r["elapsed_s"] > 0 and r["train_loss"] > 0 and r["test_loss"] > 0
-        assert (r["world_size"], r["device"], r["backend"]) == (world_size, device, backend)
-        if classify:
-            assert 0 <= r["test_accuracy"] <= 1
-            assert r["test_accuracy"] == r["test_correct"] / r["test_samples"]
-        else:
-            assert r["test_accuracy"] is None
-
-
-def load_example(name: str):
-    sys.path.insert(0, str(EXAMPLES))
-    try:
-        spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(EXAMPLES))
 
 
 # --------------------------------------------------------------------------- 2 ranks on CPU
@@ -153,12 +117,6 @@ def test_regression_under_torchrun(tmp_path: Path) -> None:
 
 
 # --------------------------------------------------------------------------- one plain process
-
-
-def write_idx(path: Path, array) -> None:
-    """One file of MNIST's idx format: magic, sizes (big-endian int32), then uint8 data."""
-    magic = 0x0800 + array.ndim
-    path.write_bytes(struct.pack(f">{1 + array.ndim}i", magic, *array.shape) + array.tobytes())
 
 
 def test_mnist_as_one_plain_process_reads_torchvision_layout(tmp_path: Path) -> None:

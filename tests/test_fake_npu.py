@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import FAKE_NPU, WORKERS, child_env, run_cli, run_ranks
+from conftest import FAKE_NPU, LAUNCH_SCRIPTS, child_env, run_cli, run_ranks
 
 pytestmark = pytest.mark.fake_npu
 TORCH_RELEASE = torch.__version__.split("+")[0]
@@ -50,7 +50,7 @@ def test_cuda_and_nccl_settings_are_flagged_on_npu() -> None:
 
 
 def test_two_rank_job_runs_on_hccl_with_one_device_per_rank(tmp_path: Path) -> None:
-    reports = run_ranks(WORKERS / "rank_report.py", 2, tmp_path, FAKE_NPU)
+    reports = run_ranks(LAUNCH_SCRIPTS / "rank_report.py", 2, tmp_path, FAKE_NPU)
     assert {r["rank"] for r in reports} == {0, 1}
     for rank, r in enumerate(reports):
         assert (r["device_type"], r["backend"], r["group_backend"]) == ("npu", "hccl", "hccl")
@@ -62,7 +62,7 @@ def test_two_rank_job_runs_on_hccl_with_one_device_per_rank(tmp_path: Path) -> N
 
 def test_more_ranks_than_visible_devices_is_refused(tmp_path: Path) -> None:
     with pytest.raises(AssertionError, match=r"LOCAL_RANK=1 but this process sees only 1 npu device\(s\) \(ASCEND_RT_VISIBLE_DEVICES='3'\)\. Start at most 1 processes per node"):
-        run_ranks(WORKERS / "rank_report.py", 2, tmp_path, FAKE_NPU, timeout=60, ASCEND_RT_VISIBLE_DEVICES="3")
+        run_ranks(LAUNCH_SCRIPTS / "rank_report.py", 2, tmp_path, FAKE_NPU, timeout=60, ASCEND_RT_VISIBLE_DEVICES="3")
 
 
 def test_smoke_job_trains_on_simulated_npus() -> None:

@@ -1,7 +1,7 @@
 """Training on the simulated NPU: tensors on npu:i, hccl collectives, DDP, AMP, checkpoints.
 
 tests/fake_npu's torch_npu makes npu tensors CPU-backed (see its docstring). One real 2-process
-job (tests/workers/fake_npu_job.py) runs every check on npu:{local_rank} and compares with the
+job (tests/launch/scripts/fake_npu_job.py) runs every check on npu:{local_rank} and compares with the
 same computation on CPU; the DDP result is compared here with training done in this process,
 which has no stand-in, so a collective that did not really average fails the test.
 """
@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import FAKE_NPU, WORKERS, child_env, run_cli, run_ranks
+from conftest import FAKE_NPU, LAUNCH_SCRIPTS, child_env, run_cli, run_ranks
 
 pytestmark = pytest.mark.fake_npu
 
@@ -25,13 +25,13 @@ SEED, STEPS, WORLD = 3, 5, 2
 def job(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict], Path]:
     out = tmp_path_factory.mktemp("fake_npu_job")
     reports = run_ranks(
-        WORKERS / "fake_npu_job.py", WORLD, out, FAKE_NPU, timeout=150,
+        LAUNCH_SCRIPTS / "fake_npu_job.py", WORLD, out, FAKE_NPU, timeout=150,
         FAKE_NPU_SEED=str(SEED), FAKE_NPU_STEPS=str(STEPS),
     )
     return reports, out
 
 
-# The same model and batches as tests/workers/fake_npu_job.py.
+# The same model and batches as tests/launch/scripts/fake_npu_job.py.
 def make_model() -> torch.nn.Module:
     return torch.nn.Sequential(
         torch.nn.Conv2d(1, 3, 3), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(3 * 4 * 4, 1)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ROOT, WORKERS, child_env, run_cli
+from conftest import LAUNCH_SCRIPTS, ROOT, child_env, run_cli
 
 BACKENDS = {"cuda": "nccl", "npu": "hccl"}
 
@@ -58,7 +58,7 @@ def test_smoke_job(family: str) -> None:
 
 
 def test_launcher_two_ranks(family: str, tmp_path: Path) -> None:
-    result = run_cli("launch", "--device", family, "--device-num", "2", str(WORKERS / "launch_job.py"),
+    result = run_cli("launch", "--device", family, "--device-num", "2", str(LAUNCH_SCRIPTS / "launch_job.py"),
                      env=child_env(NPU_MIGRATE_DEVICE=family, OUT_DIR=str(tmp_path)), timeout=600)
     assert result.returncode == 0, result.stderr
     reports = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TORCH_AUTOLOADS, WORKERS, child_env, run_cli
+from conftest import LAUNCH_SCRIPTS, TORCH_AUTOLOADS, child_env, run_cli
 
 pytestmark = pytest.mark.real_torch_npu
 
@@ -90,7 +90,7 @@ def test_env_with_cpu_forced_reports_the_wheel(script: Path) -> None:
 
 
 def test_launch_with_cpu_forced_runs_its_workers(tmp_path: Path) -> None:
-    result = run_cli("launch", "--device", "cpu", "--device-num", "2", str(WORKERS / "launch_job.py"),
+    result = run_cli("launch", "--device", "cpu", "--device-num", "2", str(LAUNCH_SCRIPTS / "launch_job.py"),
                      env=real_env(OUT_DIR=str(tmp_path)))
     assert result.returncode == 0, result.stderr
     reports = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]

@@ -17,7 +17,7 @@ timm calls ``torch.cuda.stream(stream=s)``, and a stand-in ``lambda s=None: ...`
   signature, read from the function it replaces, so it raises torch's ``TypeError`` for a call
   torch would reject and takes every call torch takes, on every torch version;
 * a hand-written function or class with torch's parameters (names, kinds, defaults), checked by
-  tests/test_signatures.py against the running torch.
+  tests/migrate/test_signatures.py against the running torch.
 
 Where a stand-in cannot match, :data:`DIFFERENCES` says why, in this one place.
 """
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 DIFFERENCES: dict[str, str] = {
-    # api: why its stand-in's signature differs from torch's (tests/test_signatures.py reads this)
+    # api: why its stand-in's signature differs from torch's (tests/migrate/test_signatures.py reads this)
     "torch.cuda.Event": "torch >= 2.6 adds external=False; HostEvent takes the newest signature, so older torch's "
                         "calls are all accepted",
     "torch.cuda.get_device_properties": "older torch (2.1) requires device, newer defaults it to None; the stand-in "

@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import free_port
-from launch_support import JOB, Hosts, Launch, netns_unavailable, wait_for_files
-from test_launch_signals import two_free_ports
+from support import JOB, Hosts, Launch, netns_unavailable, two_free_ports, wait_for_files
 
 _LISTEN = "0A"
 

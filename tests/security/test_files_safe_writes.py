@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import child_env, run_cli
-from test_compare import LOSSES, two_ranks
+from support import LOSSES, two_ranks
 
 VICTIM_TEXT = "the victim's own file\n"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
-from launch_support import JOB, Launch, wait_for_files, wait_until
+from support import JOB, Launch, wait_for_files, wait_until
 
 
 def run_dir(tmp: Path, launch: Launch) -> Path:

@@ -23,8 +23,7 @@ import pytest
 import torch.distributed as dist
 
 from conftest import ROOT, child_env, run_cli
-from launch_support import JOB, Launch, one_line_errors, wait_for_files, wait_for_text, wait_until
-from test_launch_signals import two_free_ports
+from support import JOB, Launch, one_line_errors, two_free_ports, wait_for_files, wait_for_text, wait_until
 
 from npu_migrate.launch.padded_store import pad, unpad
 

@@ -65,7 +65,7 @@ class DeviceIndex(sim.SimDevice):
 # What each public callable of torch.accelerator does on the CPU target, as (kind, implementation,
 # note): a function with torch's signature, or an answer() that ignores its arguments and takes
 # torch's (npu_migrate.migrate.signatures). A name missing here raises MigrationError in user code,
-# and tests/test_accelerator.py fails when torch adds one.
+# and tests/migrate/test_accelerator.py fails when torch adds one.
 ACCELERATOR_TABLE: dict[str, tuple[str, Any, str]] = {
     "is_available": ("redirected", answer(lambda: True), ""),
     "device_count": ("redirected", answer(lambda: STATE.count), "the simulated devices"),

@@ -1,0 +1,1 @@
+"""Tests of npu_migrate.compare; child scripts in scripts/."""

@@ -1,0 +1,1 @@
+"""Tests of npu_migrate.launch; its child scripts are in scripts/."""

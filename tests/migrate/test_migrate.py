@@ -1,0 +1,196 @@
+"""Runtime migration: unmodified CUDA/NCCL scripts on CPU/gloo (and the simulated NPU), in real processes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import FAKE_NPU, ROOT, child_env, free_port, run_cli
+from support import Launch, reports, snapshot
+
+SCRIPTS = Path(__file__).with_name("scripts")
+
+
+def test_switching_off_restores_every_patched_attribute(monkeypatch: pytest.MonkeyPatch) -> None:
+    from npu_migrate import migrate
+
+    before = snapshot()
+    env_before = dict(__import__("os").environ)
+    with migrate.enabled(device="cpu", device_count=2, propagate=True) as target:
+        assert target == "cpu" and migrate.is_installed()
+        during = snapshot()
+        changed = sum(before[o][k] != during[o].get(k) for o in before for k in before[o])
+        assert changed > 50  # the table really was applied
+        assert torch.cuda.device_count() == 2
+    assert not migrate.is_installed()
+    assert snapshot() == before  # identity of every attribute, added ones removed
+    assert dict(__import__("os").environ) == env_before
+    assert torch.cuda.is_available() is False and torch.cuda.device_count() == 0
+
+
+def test_user_code_sees_devices_torch_sees_the_truth() -> None:
+    from npu_migrate import migrate
+
+    with migrate.enabled(device="cpu", device_count=3):
+        assert torch.cuda.is_available() and torch.cuda.device_count() == 3
+        torch.cuda.set_device(2)
+        assert torch.cuda.current_device() == 2
+        assert "simulated on cpu" in torch.cuda.get_device_name()
+        namespace: dict = {"torch": torch}
+        # Code whose file lies inside torch asks the same question and gets torch's answer.
+        exec(compile("answer = (torch.cuda.is_available(), torch.cuda.device_count())", torch.__file__, "exec"), namespace)
+        assert namespace["answer"] == (False, 0)
+        with pytest.raises(Exception, match="simulated cuda device"):
+            torch.cuda.set_device(3)
+
+
+def test_only_devices_move(tmp_path: Path) -> None:
+    from npu_migrate import migrate
+
+    with migrate.enabled(device="cpu"):
+        x = torch.ones(2, device="cuda:0")
+        assert x.device.type == "cpu" and x.is_cuda  # "on the device" for the user's code
+        assert torch.zeros(1).to("cuda").device.type == "cpu"
+        assert torch.zeros(1).to(torch.device("cuda", 0)).device.type == "cpu"
+        assert torch.nn.Linear(2, 2).cuda(0).weight.device.type == "cpu"
+        assert torch.zeros(2).new_ones(3, device="cuda").device.type == "cpu"
+        path = tmp_path / "runs" / "cuda_exp" / "model.pt"  # merely contains "cuda": untouched
+        path.parent.mkdir(parents=True)
+        torch.save({"cuda_version": "12.1", "w": x}, str(path))
+        loaded = torch.load(str(path), map_location="cuda:0", weights_only=True)
+        assert loaded["cuda_version"] == "12.1" and torch.equal(loaded["w"], x)
+        with pytest.raises(RuntimeError):
+            torch.zeros(1).to("cudafoo")  # not a device string: torch's own error, not ours
+
+
+def test_cuda_amp_events_and_unmapped_calls() -> None:
+    from npu_migrate import migrate
+    from npu_migrate.migrate.report import REPORT
+
+    REPORT.reset()
+    with migrate.enabled(device="cpu"):
+        a = torch.randn(4, 4, device="cuda")
+        with torch.cuda.amp.autocast():
+            assert (a @ a).dtype == torch.bfloat16
+        with torch.autocast(device_type="cuda"):
+            assert (a @ a).dtype == torch.bfloat16
+        assert not torch.cuda.amp.GradScaler().is_enabled()
+        if hasattr(torch.amp, "GradScaler"):  # torch >= 2.3
+            assert not torch.amp.GradScaler("cuda").is_enabled()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        end.record()
+        assert start.elapsed_time(end) >= 0 and isinstance(start, torch.cuda.Event)
+        with torch.cuda.stream(torch.cuda.Stream()):
+            pass
+        torch.cuda.nvtx.range_push("step")
+        torch.cuda.nvtx.range_pop()
+        with pytest.raises(migrate.MigrationError, match=r"torch\.cuda\.CUDAGraph has no cpu equivalent under runtime migration: CUDA graphs are an optimization"):
+            torch.cuda.CUDAGraph()
+        with pytest.raises(migrate.MigrationError, match=r"torch\.cuda\.utilization has no cpu equivalent"):
+            torch.cuda.utilization()
+    kinds = {api: e["kind"] for api, e in REPORT.entries.items()}
+    assert kinds["torch.cuda.amp.autocast"] == "redirected" and kinds["torch.cuda.nvtx.range_push"] == "noop"
+    assert kinds["torch.cuda.CUDAGraph"] == "unmapped" and kinds["torch.cuda.utilization"] == "unmapped"
+    assert REPORT.entries["torch.cuda.Event"]["count"] == 2
+    assert REPORT.entries["torch.cuda.Event"]["first_site"].startswith(__file__)
+
+
+def test_torchrun_style_script_under_the_launcher(tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    job = Launch(tmp_path, "--migrate", "--migrate-report", str(report), "--device-num", "2",
+                 str(SCRIPTS / "cuda_torchrun.py"))
+    assert job.wait(120) == 0, job.err
+    got = reports(tmp_path, 2)
+    assert got[0]["params"] == got[1]["params"]
+    for rank, r in enumerate(got):
+        assert (r["backend"], r["cuda_available"], r["device_count"], r["current_device"]) == ("gloo", True, 2, rank)
+        assert r["elapsed_ms_positive"] and r["cuda_version"] == "12.1" and r["memory_allocated"] == 0
+    assert (tmp_path / "runs" / "cuda_exp" / "model.pt").exists()
+    merged = json.loads(report.read_text())
+    assert merged["processes"] == 2 and merged["targets"] == ["cpu"]
+    apis = merged["apis"]
+    assert apis["init_process_group(backend=)"]["count"] == 2
+    assert apis["torch.cuda.set_device"]["first_site"].endswith("cuda_torchrun.py:18")
+    assert apis["DataLoader(pin_memory=True)"]["kind"] == "noop"
+    assert "migration report" in job.err and "0 unmapped" in job.err
+
+
+def test_migrated_cuda_script_matches_the_cpu_script_exactly(tmp_path: Path) -> None:
+    cuda_dir, cpu_dir = tmp_path / "cuda", tmp_path / "cpu"
+    cuda_dir.mkdir()
+    cpu_dir.mkdir()
+    migrated = Launch(cuda_dir, "--migrate", "--device-num", "2", str(SCRIPTS / "cuda_torchrun.py"))
+    assert migrated.wait(120) == 0, migrated.err
+    plain = Launch(cpu_dir, "--device-num", "2", str(SCRIPTS / "cpu_torchrun.py"))
+    assert plain.wait(120) == 0, plain.err
+    assert reports(cuda_dir, 2)[0]["params"] == reports(cpu_dir, 2)[0]["params"]  # bitwise
+
+
+def test_self_spawning_script_under_run(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "npu_migrate", "run", "--device-num", "2", str(SCRIPTS / "cuda_spawn.py"),
+         "--world-size", "1", "--rank", "0", "--port", str(free_port()), "--out", str(tmp_path)],
+        env=child_env(OUT_DIR=str(tmp_path)), cwd=ROOT, capture_output=True, text=True, timeout=240,
+    )
+    assert result.returncode == 0, result.stderr
+    got = reports(tmp_path, 2)
+    assert [r["rank"] for r in got] == [0, 1]
+    assert all((r["world_size"], r["backend"], r["device_count"], r["seen"]) == (2, "gloo", 2, [0, 1, 2, 3]) for r in got)
+    assert got[0]["params"] == got[1]["params"]
+    workers = [json.loads(p.read_text()) for p in tmp_path.glob("worker-*.json")]
+    assert len(workers) == 2 and all(w == {"cuda_available": True, "device_count": 2} for w in workers)
+
+
+def test_auto_import_reaches_python_subprocesses(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import npu_migrate.auto\n"
+        "import subprocess, sys, torch\n"
+        "x = torch.ones(3).cuda()\n"
+        "child = subprocess.run([sys.executable, '-c', 'import torch; print(torch.cuda.is_available(), torch.zeros(1, device=\"cuda\").device)'],\n"
+        "                       capture_output=True, text=True, check=True)\n"
+        "print(x.device, torch.cuda.is_available(), child.stdout.strip())\n"
+    )
+    result = subprocess.run([sys.executable, str(script)], env=child_env(), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "cpu True True cpu"
+
+
+def test_unmapped_call_in_a_script_is_one_line(tmp_path: Path) -> None:
+    script = tmp_path / "graphs.py"
+    script.write_text("import torch\ng = torch.cuda.CUDAGraph()\n")
+    result = run_cli("run", str(script))
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        "npu-migrate: error: torch.cuda.CUDAGraph has no cpu equivalent under runtime migration: CUDA graphs are "
+        "an optimization: run without capture, or guard it with a device-type check."
+    ]
+
+
+@pytest.mark.fake_npu
+def test_cuda_names_of_the_environment_take_their_ascend_names(tmp_path: Path) -> None:
+    script = tmp_path / "env.py"
+    script.write_text("import os, torch\nprint(torch.cuda.device_count(), os.environ['ASCEND_RT_VISIBLE_DEVICES'], "
+                      "os.environ['PYTORCH_NPU_ALLOC_CONF'])\n")
+    env = child_env(FAKE_NPU, CUDA_VISIBLE_DEVICES="2,3", PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True")
+    result = run_cli("run", str(script), env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["2", "2,3", "expandable_segments:True"]
+
+
+@pytest.mark.fake_npu
+def test_simulated_npu_runs_the_cuda_script_on_hccl(tmp_path: Path) -> None:
+    job = Launch(tmp_path, "--migrate", "--device-num", "2", str(SCRIPTS / "cuda_torchrun.py"), paths=(FAKE_NPU,),
+                 ASCEND_RT_VISIBLE_DEVICES="0,1")
+    assert job.wait(120) == 0, job.err
+    got = reports(tmp_path, 2)
+    assert got[0]["params"] == got[1]["params"]
+    for rank, r in enumerate(got):
+        assert (r["backend"], r["cuda_available"], r["device_count"], r["current_device"]) == ("hccl", True, 2, rank)
+    assert "CUDA calls migrated to npu" in job.err
