@@ -32,6 +32,7 @@ import functools
 import io
 import json
 import logging
+import math
 import os
 import re
 import socket
@@ -59,6 +60,7 @@ def _wrappers() -> tuple[type, ...]:
     return (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
 
 
+@functools.lru_cache(maxsize=None)
 def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).replace("torch.", "")
 
@@ -80,7 +82,10 @@ def tensor_stats(tensor: torch.Tensor) -> torch.Tensor:
     """min, max, mean, L2 norm, NaN count and Inf count of ``tensor``, as one tensor on its device.
 
     Computed in float32, or float64 for float64 tensors; complex tensors by magnitude. Nothing
-    is fetched to the host here.
+    is fetched from an accelerator here. The NaN and Inf counts are two more passes over the
+    tensor, each several times dearer than the other four statistics together on a CPU; they
+    are skipped there when min and max are finite (then both counts are 0), since reading a CPU
+    value costs no device synchronisation. On an accelerator they are always counted on the device.
     """
     x = tensor.detach()
     if x.is_complex():
@@ -90,8 +95,16 @@ def tensor_stats(tensor: torch.Tensor) -> torch.Tensor:
     if x.numel() == 0:
         return torch.zeros(records.NSTATS, dtype=x.dtype, device=x.device)
     low, high = torch.aminmax(x)
-    return torch.stack([low, high, x.mean(), torch.linalg.vector_norm(x),
-                        torch.isnan(x).sum().to(x.dtype), torch.isinf(x).sum().to(x.dtype)])
+    mean, norm = x.mean(), torch.linalg.vector_norm(x)
+    if x.device.type == "cpu" and math.isfinite(low) and math.isfinite(high):
+        zero = _cpu_zero(x.dtype)
+        return torch.stack((low, high, mean, norm, zero, zero))
+    return torch.stack((low, high, mean, norm, torch.isnan(x).sum().to(x.dtype), torch.isinf(x).sum().to(x.dtype)))
+
+
+@functools.lru_cache(maxsize=None)
+def _cpu_zero(dtype: torch.dtype) -> torch.Tensor:
+    return torch.zeros((), dtype=dtype)
 
 
 def _autocast_dtype(device_type: str) -> str | None:
@@ -362,6 +375,7 @@ class Probe:
         self._entries: list[tuple[str, int, str, str, str, tuple[int, ...]]] = []
         self._stats: list[torch.Tensor] = []
         self._stack: list[tuple[Any, ...]] = []
+        self._last: tuple[torch.Tensor, int, torch.Tensor] | None = None
 
     def _note_loss(self, tensor: torch.Tensor) -> None:
         if self._open():
@@ -472,7 +486,7 @@ class Probe:
             return None
         call = self._calls.get(name, 0)
         self._calls[name] = call + 1
-        inputs = [(slot, t.dtype, tuple(t.shape), tensor_stats(t)) for slot, t in _tensors(tuple(args), "input")]
+        inputs = [(slot, t, self._stats_of(t)) for slot, t in _tensors(tuple(args), "input")]
         self._stack.append((module, name, call, inputs))
         return None
 
@@ -488,22 +502,39 @@ class Probe:
         _, name, call, inputs = frame
         if inputs is None:
             return None
-        for slot, dtype, shape, stats in inputs:
-            self._add(name, call, "forward", slot, dtype, shape, stats)
+        for slot, t, stats in inputs:
+            self._add(name, call, "forward", slot, t.dtype, tuple(t.shape), stats)
         for slot, t in _tensors(output, "output"):
-            self._add(name, call, "forward", slot, t.dtype, tuple(t.shape), tensor_stats(t))
+            self._add(name, call, "forward", slot, t.dtype, tuple(t.shape), self._stats_of(t))
             if t.requires_grad:
                 t.register_hook(functools.partial(self._grad_hook, name, call, "grad_" + slot, self._step))
-        for slot, t in _tensors(tuple(args), "input"):
+        for slot, t, _ in inputs:
             if t.requires_grad:
                 t.register_hook(functools.partial(self._grad_hook, name, call, "grad_" + slot, self._step))
-        for pname, param in module.named_parameters(recurse=False):
+        for pname, param in module._parameters.items():  # named_parameters(recurse=False) without its generator
+            if param is None:
+                continue
             known = self._hooked_params.get(id(param))
             if param.requires_grad and (known is None or known() is not param):
                 self._hooked_params[id(param)] = weakref.ref(param)
                 self._param_handles.append(param.register_hook(
                     functools.partial(self._param_hook, weakref.ref(module), "grad." + pname)))
         return None
+
+    def _stats_of(self, tensor: torch.Tensor) -> torch.Tensor:
+        """:func:`tensor_stats`, reused when the same tensor, unchanged, was just summarised.
+
+        One module's output is often the next one's input, and the two gradient hooks on it get
+        the same gradient. Only the latest tensor is remembered (until the next one, or the step's
+        end), so at most one tensor outlives its use a little.
+        """
+        last = self._last
+        version = tensor._version
+        if last is not None and last[0] is tensor and last[1] == version:
+            return last[2]
+        stats = tensor_stats(tensor)
+        self._last = (tensor, version, stats)
+        return stats
 
     def _add(self, name: str, call: int, phase: str, slot: str, dtype: torch.dtype, shape: tuple[int, ...],
              stats: torch.Tensor) -> None:
@@ -512,7 +543,7 @@ class Probe:
 
     def _grad_hook(self, name: str, call: int, slot: str, step: int, grad: torch.Tensor) -> None:
         if _ACTIVE is self and step == self._step and grad is not None:
-            self._add(name, call, "backward", slot, grad.dtype, tuple(grad.shape), tensor_stats(grad))
+            self._add(name, call, "backward", slot, grad.dtype, tuple(grad.shape), self._stats_of(grad))
 
     def _param_hook(self, module_ref: Any, slot: str, grad: torch.Tensor) -> None:
         module = module_ref()
