@@ -20,9 +20,13 @@ and ``torch.compile`` see torch's own functions):
   and on parameters take the backward gradients (``--probe-level modules``). The same pre-hook
   notes autocast, loads or saves the seed checkpoint and turns dropout off on request.
 
-Statistics are computed on the device in float32 (float64 for float64 tensors) and fetched once
-per step. Records are appended to ``DIR/rank{R}.jsonl`` line by line as each step ends (see
-:mod:`npu_migrate.compare.records`), so a crash keeps every finished step.
+Statistics are computed on the device in float32 (float64 for float64 tensors), right where each
+tensor is seen (one hook call, a few reductions, nothing fetched), stacked once per step, and
+fetched once per step by whoever writes. Records are appended to ``DIR/rank{R}.jsonl`` as each
+step ends (see :mod:`npu_migrate.compare.records`) by :mod:`npu_migrate.compare.writer`: on the
+CPU in the training thread, so a crash keeps every finished step; on an accelerator by a writer
+thread that waits for the device, so training never does (a process killed outright may lose the
+last step or two; an exception, exit or signal the launcher sends flushes them).
 """
 
 from __future__ import annotations
@@ -30,9 +34,7 @@ from __future__ import annotations
 import atexit
 import functools
 import io
-import json
 import logging
-import math
 import os
 import re
 import socket
@@ -47,6 +49,8 @@ import torch
 from npu_migrate import fileio, redact
 from npu_migrate.compare import records
 from npu_migrate.compare.settings import ProbeError, ProbeSettings, StepRange, parse_ranks
+from npu_migrate.compare.stats import ModuleStats, fenced, step_records, tensor_stats
+from npu_migrate.compare.writer import DeviceFence, RecordWriter
 
 logger = logging.getLogger(__name__)
 
@@ -76,35 +80,6 @@ def _tensors(value: Any, prefix: str, depth: int = 0) -> Iterator[tuple[str, tor
     elif depth < _MAX_NEST and isinstance(value, dict):
         for key, item in value.items():
             yield from _tensors(item, f"{prefix}.{key}", depth + 1)
-
-
-def tensor_stats(tensor: torch.Tensor) -> torch.Tensor:
-    """min, max, mean, L2 norm, NaN count and Inf count of ``tensor``, as one tensor on its device.
-
-    Computed in float32, or float64 for float64 tensors; complex tensors by magnitude. Nothing
-    is fetched from an accelerator here. The NaN and Inf counts are two more passes over the
-    tensor, each several times dearer than the other four statistics together on a CPU; they
-    are skipped there when min and max are finite (then both counts are 0), since reading a CPU
-    value costs no device synchronisation. On an accelerator they are always counted on the device.
-    """
-    x = tensor.detach()
-    if x.is_complex():
-        x = x.abs()
-    if x.dtype != torch.float64:
-        x = x.float()
-    if x.numel() == 0:
-        return torch.zeros(records.NSTATS, dtype=x.dtype, device=x.device)
-    low, high = torch.aminmax(x)
-    mean, norm = x.mean(), torch.linalg.vector_norm(x)
-    if x.device.type == "cpu" and math.isfinite(low) and math.isfinite(high):
-        zero = _cpu_zero(x.dtype)
-        return torch.stack((low, high, mean, norm, zero, zero))
-    return torch.stack((low, high, mean, norm, torch.isnan(x).sum().to(x.dtype), torch.isinf(x).sum().to(x.dtype)))
-
-
-@functools.lru_cache(maxsize=None)
-def _cpu_zero(dtype: torch.dtype) -> torch.Tensor:
-    return torch.zeros((), dtype=dtype)
 
 
 def _autocast_dtype(device_type: str) -> str | None:
@@ -175,7 +150,7 @@ class Probe:
         self._names: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._selected_names: dict[str, bool] = {}
         self._layouts: dict[tuple, int] = {}
-        self._fh: Any = None
+        self._writer: RecordWriter | None = None
         self._pid: int | None = None
         self._rank = 0
         self._world_size = 1
@@ -249,24 +224,30 @@ class Probe:
     def close(self) -> list[str]:
         """Flush pending module statistics and write the ``end`` record; return unmatched-filter reasons."""
         with self._lock:
-            if self._closed or self._fh is None or self._pid != os.getpid():
+            if self._closed or self._writer is None or self._pid != os.getpid():
                 return []
             self._closed = True
             try:
-                self._flush_modules(self._step + 1)
+                modules = self._take_modules(self._step + 1)
+                if modules is not None:
+                    fence = DeviceFence.create(self._device_type) if self._writer.threaded else None
+                    self._writer.put(functools.partial(fenced, fence, modules))
             except Exception as exc:  # noqa: BLE001 - at exit, keep what is there
                 logger.warning("probe: could not write the last module statistics: %s", exc)
             reasons = self._unmatched()
-            self._write({"kind": "end", "time": time.time(), "steps": self._step, "level": self.settings.level,
-                         "module_records": self._module_records, "unmatched": reasons})
-            self._fh.close()
+            try:
+                self._writer.put({"kind": "end", "time": time.time(), "steps": self._step,
+                                  "level": self.settings.level, "module_records": self._module_records,
+                                  "unmatched": reasons})
+            finally:
+                self._writer.close()  # every pending record written, the writer thread joined
             return reasons if self._rank_selected() else []
 
     # ------------------------------------------------------------------ the file
 
     def _open(self) -> bool:
         """Open this rank's file and write the header at the first record; False in processes that must not record."""
-        if self._fh is not None:
+        if self._writer is not None:
             return self._pid == os.getpid() and not self._closed
         if self._closed:
             return False
@@ -288,7 +269,7 @@ class Probe:
                              "or pass append=True (--probe-append) to add to it.")
         # private (0600), and never appended through a symlink planted at the name
         try:
-            self._fh = os.fdopen(fileio.open_private_append(path), "ab")
+            fh = os.fdopen(fileio.open_private_append(path), "ab")
         except OSError as exc:
             self._closed = True
             link = " (it is a symlink: probe files are never written through one)" if os.path.islink(path) else ""
@@ -296,10 +277,13 @@ class Probe:
                              "directory of your own for --probe.") from None
         self._pid = os.getpid()
         self._device_type, device_name = self._device()
+        # On an accelerator a thread writes, so that the training thread never waits for the device's
+        # values; on the CPU they are ready, and each step is on disk when the step ends.
+        self._writer = RecordWriter(fh, threaded=DeviceFence.create(self._device_type) is not None)
         torch_npu = sys.modules.get("torch_npu")
         from npu_migrate import __version__
 
-        self._write({
+        self._writer.put({
             "kind": "header", "format": records.FORMAT, "rank": self._rank, "world_size": self._world_size,
             "local_rank": int(os.environ.get("LOCAL_RANK", "0")), "node_rank": int(os.environ.get("NODE_RANK", "0")),
             "host": socket.gethostname(), "pid": self._pid, "time": time.time(),
@@ -310,7 +294,7 @@ class Probe:
                          "torch_npu": getattr(torch_npu, "__version__", None), "npu_migrate": __version__},
             "settings": self.settings.describe(), "stat_fields": list(records.STAT_FIELDS),
             "argv": redact.argv(sys.argv),  # recordings are copied between machines: no secrets in them
-        })
+        })  # the writer passes a header through redact.value
         # Workers of the launcher and of multiprocessing leave through os._exit, which skips atexit;
         # multiprocessing runs its own finalizers first.
         atexit.register(self.close)
@@ -330,12 +314,6 @@ class Probe:
             return nm_device.device_type(), nm_device.device_name()
         except Exception:  # noqa: BLE001 - the header says what it can
             return ("cuda" if torch.cuda.is_available() else "cpu"), None
-
-    def _write(self, record: dict[str, Any]) -> None:
-        if record.get("kind") == "header":
-            record = redact.value(record)
-        self._fh.write((json.dumps(record, separators=(",", ":")) + "\n").encode("utf-8"))
-        self._fh.flush()
 
     # ------------------------------------------------------------------ selection
 
@@ -367,7 +345,7 @@ class Probe:
 
     def _reset_step(self) -> None:
         self._losses: list[torch.Tensor] = []
-        self._grad_norm: torch.Tensor | None = None
+        self._grad_parts: list[torch.Tensor] = []
         self._lr: float | None = None
         self._autocast: str | None = None
         self._calls: dict[str, int] = {}
@@ -394,9 +372,8 @@ class Probe:
                     grad = grad.coalesce()._values()
                 g = grad.detach()
                 grads.setdefault(g.device, []).append(torch.linalg.vector_norm(g if g.dtype == torch.float64 else g.float()))
-        if grads:
-            parts = [torch.linalg.vector_norm(torch.stack(norms)).to("cpu", torch.float64) for norms in grads.values()]
-            self._grad_norm = torch.linalg.vector_norm(torch.stack(parts))
+        # Kept on the device: the writer turns them into the record (:func:`.stats.step_records`).
+        self._grad_parts = [torch.linalg.vector_norm(torch.stack(norms)) for norms in grads.values()]
         lr = optimizer.param_groups[0].get("lr") if optimizer.param_groups else None
         self._lr = float(lr) if lr is not None else None
 
@@ -405,14 +382,10 @@ class Probe:
             return
         with self._lock:
             step = self._step + 1
-            loss = None
-            if self._losses:
-                loss = torch.stack([t.to("cpu", torch.float64) for t in self._losses]).mean().item()
-            record = {"kind": "step", "step": step, "loss": loss, "backwards": len(self._losses),
-                      "grad_norm": self._grad_norm.item() if self._grad_norm is not None else None,
-                      "lr": self._lr, "autocast": self._autocast}
-            self._write(record)
-            self._flush_modules(step)
+            modules = self._take_modules(step)
+            fence = DeviceFence.create(self._device_type) if self._writer.threaded else None
+            self._writer.put(functools.partial(step_records, fence, step, self._losses, self._grad_parts, self._lr,
+                                               self._autocast, modules))
             self._step = step
             if self._modules_level and self._pattern is not None and not self._warned_pattern and self._selected_names \
                     and not any(self._selected_names.values()) and self._rank_selected():
@@ -423,26 +396,23 @@ class Probe:
                       "at exit", file=sys.stderr, flush=True)
             self._reset_step()
 
-    def _flush_modules(self, step: int) -> None:
+    def _take_modules(self, step: int) -> ModuleStats | None:
+        """This step's module statistics, stacked on their devices (one tensor per device and dtype)."""
         if not self._entries:
-            return
+            return None
         entries, stats = tuple(self._entries), self._stats
         self._entries, self._stats = [], []
         groups: dict[tuple[Any, Any], list[int]] = {}
         for i, s in enumerate(stats):
             groups.setdefault((s.device, s.dtype), []).append(i)
-        rows: list[Any] = [None] * len(stats)
-        for idx in groups.values():
-            block = torch.stack([stats[i] for i in idx]).to("cpu").double().tolist()
-            for i, row in zip(idx, block):
-                rows[i] = row
         layout_id = self._layouts.get(entries)
+        layout = None
         if layout_id is None:
             layout_id = self._layouts[entries] = len(self._layouts)
-            self._write(records.layout_line(layout_id, entries))
-        flat = [v for row in rows for v in row]
-        self._write({"kind": "modules", "step": step, "layout": layout_id, "stats": records.encode_stats(flat)})
+            layout = records.layout_line(layout_id, entries)
         self._module_records += len(entries)
+        return ModuleStats(step, layout_id, layout, len(stats),
+                            [(idx, torch.stack([stats[i] for i in idx])) for idx in groups.values()])
 
     # ------------------------------------------------------------------ per module
 

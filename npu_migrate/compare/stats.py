@@ -1,0 +1,95 @@
+"""A probe's statistics: what is computed per tensor on its device, and how a step's become records.
+
+Usage::
+
+    stats = tensor_stats(tensor)                   # min, max, mean, norm, NaN and Inf counts, on the device
+    job = functools.partial(step_records, fence, step, losses, grad_parts, lr, autocast, modules)
+    writer.put(job)                                # the values are fetched where the file is written
+
+:func:`tensor_stats` runs in the training thread, right where a tensor is seen (it may change or
+be freed afterwards); nothing is fetched from an accelerator there. :class:`ModuleStats` holds a
+step's statistics stacked on the device, one tensor per device and dtype; :func:`step_records`
+turns a step's tensors into its ``step``, ``layout`` and ``modules`` records
+(:mod:`npu_migrate.compare.records`), after waiting for the device (:class:`~npu_migrate.compare.writer.DeviceFence`).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import torch
+
+from npu_migrate.compare import records
+from npu_migrate.compare.writer import DeviceFence
+
+
+def tensor_stats(tensor: torch.Tensor) -> torch.Tensor:
+    """min, max, mean, L2 norm, NaN count and Inf count of ``tensor``, as one tensor on its device.
+
+    Computed in float32, or float64 for float64 tensors; complex tensors by magnitude. Nothing
+    is fetched from an accelerator here. The NaN and Inf counts are two more passes over the
+    tensor, each several times dearer than the other four statistics together on a CPU; they
+    are skipped there when min and max are finite (then both counts are 0), since reading a CPU
+    value costs no device synchronisation. On an accelerator they are always counted on the device.
+    """
+    x = tensor.detach()
+    if x.is_complex():
+        x = x.abs()
+    if x.dtype != torch.float64:
+        x = x.float()
+    if x.numel() == 0:
+        return torch.zeros(records.NSTATS, dtype=x.dtype, device=x.device)
+    low, high = torch.aminmax(x)
+    mean, norm = x.mean(), torch.linalg.vector_norm(x)
+    if x.device.type == "cpu" and math.isfinite(low) and math.isfinite(high):
+        zero = _cpu_zero(x.dtype)
+        return torch.stack((low, high, mean, norm, zero, zero))
+    return torch.stack((low, high, mean, norm, torch.isnan(x).sum().to(x.dtype), torch.isinf(x).sum().to(x.dtype)))
+
+
+@functools.lru_cache(maxsize=None)
+def _cpu_zero(dtype: torch.dtype) -> torch.Tensor:
+    return torch.zeros((), dtype=dtype)
+
+
+class ModuleStats:
+    """One step's module statistics as the training thread leaves them: stacked, still on the device."""
+
+    __slots__ = ("step", "layout_id", "layout", "count", "groups")
+
+    def __init__(self, step: int, layout_id: int, layout: dict[str, Any] | None, count: int,
+                 groups: list[tuple[list[int], torch.Tensor]]) -> None:
+        self.step, self.layout_id, self.layout, self.count, self.groups = step, layout_id, layout, count, groups
+
+    def __call__(self) -> list[dict[str, Any]]:
+        """The ``layout`` line (for a new layout) and the ``modules`` line; fetches the values to the host."""
+        rows: list[Any] = [None] * self.count
+        for idx, block in self.groups:
+            for i, row in zip(idx, block.to("cpu").double().tolist()):
+                rows[i] = row
+        flat = [v for row in rows for v in row]
+        line = {"kind": "modules", "step": self.step, "layout": self.layout_id, "stats": records.encode_stats(flat)}
+        return [line] if self.layout is None else [self.layout, line]
+
+
+def fenced(fence: DeviceFence | None, job: Any) -> list[dict[str, Any]]:
+    """``job()`` once the device has done the work queued before ``fence``."""
+    if fence is not None:
+        fence.wait()
+    return job()
+
+
+def step_records(fence: DeviceFence | None, step: int, losses: list[torch.Tensor], grad_parts: list[torch.Tensor],
+                 lr: float | None, autocast: str | None, modules: ModuleStats | None) -> list[dict[str, Any]]:
+    """A step's records from what the training thread left on the device (run by the writer)."""
+    if fence is not None:
+        fence.wait()
+    loss = torch.stack([t.to("cpu", torch.float64) for t in losses]).mean().item() if losses else None
+    grad_norm = None
+    if grad_parts:
+        grad_norm = torch.linalg.vector_norm(torch.stack([p.to("cpu", torch.float64) for p in grad_parts])).item()
+    out = [{"kind": "step", "step": step, "loss": loss, "backwards": len(losses), "grad_norm": grad_norm, "lr": lr,
+            "autocast": autocast}]
+    return out + modules() if modules is not None else out
