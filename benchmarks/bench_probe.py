@@ -62,6 +62,7 @@ def bench_steps(rounds: int, steps: int) -> None:
     opt = torch.optim.Adadelta(model.parameters(), lr=1.0)
     x, y = torch.randn(32, 1, 28, 28), torch.randint(10, (32,))
     tmp = Path(tempfile.mkdtemp(prefix="bench_probe_"))
+    load_before = os.getloadavg()[0]  # other work on the machine moves these figures: say how much there was
     times: dict[str, list[float]] = {"none": [], "steps": [], "modules": []}
     mnist_block(model, opt, x, y, 3)  # warm-up
     try:
@@ -77,7 +78,8 @@ def bench_steps(rounds: int, steps: int) -> None:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     base = statistics.median(times["none"])
-    print(f"MNIST SimpleCNN, batch 32, CPU, 1 thread: {rounds} rounds x {steps} steps per kind")
+    print(f"MNIST SimpleCNN, batch 32, CPU, 1 thread: {rounds} rounds x {steps} steps per kind; load average "
+          f"{load_before:.2f} before, {os.getloadavg()[0]:.2f} after, on {os.cpu_count()} core(s)")
     print(f"  no probe:               {base * 1e3:8.2f} ms/step")
     for kind, label in (("steps", "--probe (steps)"), ("modules", "--probe-level modules")):
         ratio = statistics.median(t / n for t, n in zip(times[kind], times["none"]))
