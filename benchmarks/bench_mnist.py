@@ -2,7 +2,7 @@
 
 Usage::
 
-    python benchmarks/bench_mnist.py [--rounds 2] [--epochs 4]
+    python benchmarks/bench_mnist.py [--rounds 2] [--epochs 4] [--scaling-only]
 
 The data are scikit-learn's digits at 28x28 (examples/mnist.py's ``--dataset digits``: 1438
 training images), written once as MNIST's idx files in torchvision's layout in a temporary
@@ -20,7 +20,9 @@ pipelines alone (one process, no model) are timed the same alternating way.
 The ceiling for 2 ranks against 1 is what the cores give with no communication at all: as many
 independent 1-rank jobs as there are cores, each with 1 thread, run at once (their samples/s
 added), against the 1-rank job (which may use every core's thread). Goal: 2 ranks / 1 rank
->= 0.85 of that ceiling, and >= 1.0x.
+>= 0.85 of that ceiling, and >= 1.0x. These three run next to each other in every round, and
+their ratios are taken within each round (then the median over rounds), so that a change in the
+machine's load between rounds does not enter them; ``--scaling-only`` runs just these three.
 """
 
 from __future__ import annotations
@@ -138,7 +140,17 @@ def ceiling(data_dir: Path, epochs: int, work: Path) -> float:
 
 
 CEILING = "ceiling, 1-thread 1-rank jobs on every core"
-CONFIGS = ["example, DDP", "seed 000 baseline", "example, all_reduce", "example, 1 rank", CEILING]
+# The three of the scaling figure run next to each other (in both orders), so that the machine's load
+# changes as little as possible between them.
+CONFIGS = ["seed 000 baseline", "example, all_reduce", "example, DDP", CEILING, "example, 1 rank"]
+SCALING = ["example, DDP", CEILING, "example, 1 rank"]
+
+
+def pipeline_figures(work: Path) -> None:
+    """The input pipelines alone, printed."""
+    pipes = pipeline_rates(work / "data", 32, rounds=3)
+    print(f"input pipeline alone, 1 process: example {pipes['example']:,.0f} samples/s, seed 000 "
+          f"{pipes['seed 000']:,.0f} samples/s, ratio {pipes['example'] / pipes['seed 000']:.1f}x", flush=True)
 
 
 def main() -> None:
@@ -146,7 +158,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="Runs of each configuration (default: %(default)s).")
     parser.add_argument("--epochs", type=int, default=4,
                         help="Epochs per run; the first is not counted (default: %(default)s).")
+    parser.add_argument("--scaling-only", action="store_true",
+                        help="Run only the configurations of the 2-ranks-vs-1 figure (DDP, 1 rank, the ceiling).")
     args = parser.parse_args()
+    configs = SCALING if args.scaling_only else CONFIGS
     if args.epochs < 2:
         parser.error(f"--epochs {args.epochs}: pass 2 or more (the first epoch is a warm-up).")
 
@@ -154,29 +169,35 @@ def main() -> None:
         work = Path(tmp)
         n_train = write_digits_as_mnist(work / "data")
         print(f"data: {n_train} digits at 28x28 in torchvision's MNIST layout; batch 32 per process; "
-              f"{os.cpu_count()} CPU core(s); torch {torch.__version__}", flush=True)
+              f"{os.cpu_count()} CPU core(s); torch {torch.__version__}; load average {os.getloadavg()[0]:.2f}",
+              flush=True)
+        if not args.scaling_only:
+            pipeline_figures(work)
 
-        pipes = pipeline_rates(work / "data", 32, rounds=3)
-        print(f"input pipeline alone, 1 process: example {pipes['example']:,.0f} samples/s, seed 000 "
-              f"{pipes['seed 000']:,.0f} samples/s, ratio {pipes['example'] / pipes['seed 000']:.1f}x", flush=True)
-
-        figures: dict[str, list[float]] = {c: [] for c in CONFIGS}
+        figures: dict[str, list[float]] = {c: [] for c in configs}
         for round_ in range(args.rounds):
-            order = CONFIGS if round_ % 2 == 0 else CONFIGS[::-1]
+            order = configs if round_ % 2 == 0 else configs[::-1]
             for config in order:
                 figures[config].append(run(config, work / "data", args.epochs, work))
                 print(f"  round {round_ + 1}: {config:<44} {figures[config][-1]:8,.0f} samples/s", flush=True)
 
     med = {c: statistics.median(v) for c, v in figures.items()}
-    print("\ntraining throughput, CPU, median over rounds (samples/s, all ranks together):")
-    for config in CONFIGS:
+    print(f"\ntraining throughput, CPU, median over rounds (samples/s, all ranks together); load average now "
+          f"{os.getloadavg()[0]:.2f}:")
+    for config in configs:
         print(f"  {config:<44} {med[config]:8,.0f}")
-    print(f"example / seed 000 baseline (2 ranks): {med['example, DDP'] / med['seed 000 baseline']:.2f}x (goal >= 2)")
-    print(f"DDP / manual all_reduce (2 ranks):     {med['example, DDP'] / med['example, all_reduce']:.2f}x")
-    two_vs_one = med["example, DDP"] / med["example, 1 rank"]
-    ceiling_ratio = med[CEILING] / med["example, 1 rank"]
+    if not args.scaling_only:
+        print(f"example / seed 000 baseline (2 ranks): {med['example, DDP'] / med['seed 000 baseline']:.2f}x (goal >= 2)")
+        print(f"DDP / manual all_reduce (2 ranks):     {med['example, DDP'] / med['example, all_reduce']:.2f}x")
+    # Ratios within each round, then their median: a round's three runs follow each other, so a change
+    # of load between rounds moves them together.
+    one = figures["example, 1 rank"]
+    two_vs_one = statistics.median(d / o for d, o in zip(figures["example, DDP"], one))
+    ceiling_ratio = statistics.median(c / o for c, o in zip(figures[CEILING], one))
+    of_ceiling = statistics.median(d / c for d, c in zip(figures["example, DDP"], figures[CEILING]))
     print(f"2 ranks / 1 rank (example, DDP):       {two_vs_one:.2f}x; ceiling (no communication) "
-          f"{ceiling_ratio:.2f}x; {two_vs_one / ceiling_ratio:.2f} of the ceiling (goal >= 0.85 and >= 1.0x)")
+          f"{ceiling_ratio:.2f}x; {of_ceiling:.2f} of the ceiling (goal >= 0.85 and >= 1.0x; medians of the "
+          "rounds' ratios)")
 
 
 if __name__ == "__main__":
