@@ -26,7 +26,7 @@ fetched once per step by whoever writes. Records are appended to ``DIR/rank{R}.j
 step ends (see :mod:`npu_migrate.compare.records`) by :mod:`npu_migrate.compare.writer`: on the
 CPU in the training thread, so a crash keeps every finished step; on an accelerator by a writer
 thread that waits for the device, so training never does (a process killed outright may lose the
-last step or two; an exception, exit or signal the launcher sends flushes them).
+last step or two; any exit that runs ``atexit`` or multiprocessing's finalizers writes them).
 """
 
 from __future__ import annotations
@@ -412,7 +412,7 @@ class Probe:
             layout = records.layout_line(layout_id, entries)
         self._module_records += len(entries)
         return ModuleStats(step, layout_id, layout, len(stats),
-                            [(idx, torch.stack([stats[i] for i in idx])) for idx in groups.values()])
+                           [(idx, torch.stack([stats[i] for i in idx])) for idx in groups.values()])
 
     # ------------------------------------------------------------------ per module
 
@@ -498,6 +498,8 @@ class Probe:
         the same gradient. Only the latest tensor is remembered (until the next one, or the step's
         end), so at most one tensor outlives its use a little.
         """
+        if tensor.is_inference():  # made under torch.inference_mode: no version counter to trust
+            return tensor_stats(tensor)
         last = self._last
         version = tensor._version
         if last is not None and last[0] is tensor and last[1] == version:
