@@ -72,13 +72,44 @@ FAKE_NPU_MISSING = _fake_npu_missing()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip the simulated-NPU tier, naming the missing torch feature, on a torch too old for it."""
-    if FAKE_NPU_MISSING is None:
-        return
-    skip = pytest.mark.skip(reason=FAKE_NPU_MISSING)
+    """Skip the simulated-NPU tier on a torch too old for it; keep each shared job on one xdist worker.
+
+    Under pytest-xdist (``--dist loadgroup``, the project's default) tests spread over workers one by
+    one, except those that share a module- or session-scoped fixture of ours (a training run several
+    assertions read, an S3 server): they stay together in one group, so the fixture runs once.
+    """
+    skip = pytest.mark.skip(reason=FAKE_NPU_MISSING) if FAKE_NPU_MISSING else None
     for item in items:
-        if item.get_closest_marker("fake_npu") is not None:
+        if skip is not None and item.get_closest_marker("fake_npu") is not None:
             item.add_marker(skip)
+        shared = _shared_fixture_scope(item)
+        if shared is not None and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(shared))
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: two workers per core (the tests wait on processes and sockets as much as they compute).
+
+    ``PYTEST_XDIST_AUTO_NUM_WORKERS`` (pytest-xdist's own variable) overrides it, as .ci/run does for
+    two tiers that share the machine.
+    """
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
+    return 2 * (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+
+
+def _shared_fixture_scope(item: pytest.Item) -> str | None:
+    """The node id of the module (or "session") whose shared fixture of ours this test uses, if any."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return None
+    for name in info.names_closure:
+        for fixturedef in info.name2fixturedefs.get(name, ()):
+            code = getattr(fixturedef.func, "__code__", None)
+            if fixturedef.scope == "function" or code is None or not code.co_filename.startswith(str(TESTS)):
+                continue  # function-scoped, or pytest's own (tmp_path_factory...)
+            return "session" if fixturedef.scope == "session" else item.nodeid.split("::")[0]
+    return None
 
 
 @pytest.fixture(autouse=True)
@@ -283,3 +314,15 @@ def new_bucket(prefix: str = "bkt", scheme: str = "s3") -> str:
     name = f"{prefix}-{next(_buckets)}"
     storage.filesystem(f"{scheme}://{name}").mkdir(name)
     return name
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """With ``NPU_MIGRATE_TEST_TIMES=FILE``, append each test phase's wall time to FILE as it ends.
+
+    A record that survives a suite cut short (pytest's ``--durations`` prints only at the end), for
+    finding where the suite's time goes.
+    """
+    target = os.environ.get("NPU_MIGRATE_TEST_TIMES")
+    if target and not os.environ.get("PYTEST_XDIST_WORKER"):  # xdist's workers hand their reports to the controller
+        with open(target, "a") as fh:
+            fh.write(f"{report.duration:.2f}\t{report.when}\t{report.outcome}\t{report.nodeid}\n")

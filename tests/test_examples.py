@@ -41,6 +41,7 @@ def launch(tmp: Path, example: str, *args: str, nproc: int = 2, paths: tuple = (
 # --------------------------------------------------------------------------- 2 ranks on CPU
 
 
+@pytest.mark.slow
 def test_mnist_on_offline_digits_reaches_95_percent(tmp_path: Path) -> None:
     metrics = tmp_path / "digits.jsonl"
     result = ok(launch(tmp_path, "mnist.py", "--dataset", "digits", "--epochs", "10", "--metrics", str(metrics)))
@@ -67,6 +68,7 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
     return rows(tmp / "full.jsonl")
 
 
+@pytest.mark.slow
 def test_resume_after_epoch_2_of_4_repeats_the_uninterrupted_run(tmp_path: Path, uninterrupted: list[dict]) -> None:
     stopped = [*RESUME_ARGS, "--checkpoint-dir", str(tmp_path / "ckpt"), "--metrics", str(tmp_path / "resumed.jsonl")]
     ok(launch(tmp_path, "mnist.py", *stopped, "--epochs", "2"))
@@ -82,6 +84,7 @@ def test_resume_after_epoch_2_of_4_repeats_the_uninterrupted_run(tmp_path: Path,
     assert resumed[-1]["test_loss"] == uninterrupted[-1]["test_loss"]  # bit for bit on CPU
 
 
+@pytest.mark.slow
 def test_manual_allreduce_matches_ddp(tmp_path: Path, uninterrupted: list[dict]) -> None:
     metrics = tmp_path / "allreduce.jsonl"
     ok(launch(tmp_path, "mnist.py", *RESUME_ARGS, "--epochs", "4", "--grad-sync", "allreduce", "--metrics", str(metrics)))

@@ -154,6 +154,7 @@ def full_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp / "full"
 
 
+@pytest.mark.slow
 def test_crash_mid_run_keeps_every_record_written_before_it(full_run: Path, tmp_path: Path) -> None:
     result = launch(tmp_path, "--probe", str(tmp_path / "crash"), "--probe-level", "modules",
                     script_args=("--steps", "6", "--kill-at", "4"))
@@ -167,6 +168,7 @@ def test_crash_mid_run_keeps_every_record_written_before_it(full_run: Path, tmp_
     assert diverged.exit_code == 1 and any("only in A" in p for p in diverged.problems)
 
 
+@pytest.mark.slow
 def test_nan_in_a_real_run_fails_and_points_at_the_data(full_run: Path, tmp_path: Path) -> None:
     result = launch(tmp_path, "--probe", str(tmp_path / "nan"), "--probe-level", "modules",
                     script_args=("--steps", "6", "--nan-at", "3"))

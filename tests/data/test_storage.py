@@ -87,6 +87,7 @@ def gets(recorded: list[dict]) -> list[str]:
 MNIST_ARGS = ["--epochs", "1", "--limit-batches", "4"]
 
 
+@pytest.mark.slow
 def test_mnist_from_s3_on_2_ranks_matches_local_copy_and_downloads_once_per_node(
         s3: Server, mnist_dir: Path, tmp_path: Path) -> None:
     bucket = new_bucket("mnist")
@@ -119,6 +120,7 @@ def test_mnist_from_s3_on_2_ranks_matches_local_copy_and_downloads_once_per_node
     assert gets(again) == [] and sum("list-type" in r["url"] for r in again) == 1
 
 
+@pytest.mark.slow
 def test_seed000_tensors_from_oss_with_checkpoint(server: Server, mnist_dir: Path, tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Seed 000's training.pt / test.pt in oss://, OSS_* variables only, virtual-hosted, no checksum headers."""
@@ -159,6 +161,7 @@ def test_seed000_tensors_from_oss_with_checkpoint(server: Server, mnist_dir: Pat
     assert SECRET not in result.stderr + result.stdout and KEY_ID not in result.stderr + result.stdout
 
 
+@pytest.mark.slow
 def test_checkpoint_in_s3_resumes_to_the_uninterrupted_run(s3: Server, mnist_dir: Path, tmp_path: Path) -> None:
     bucket = new_bucket("ckpt")
     env = s3_env(s3)

@@ -156,6 +156,7 @@ def wait_all(nodes: list[Launch]) -> list[int]:
     return codes
 
 
+@pytest.mark.slow
 def test_two_nodes_each_show_their_stacks_and_node_0_says_who_is_behind(tmp_path: Path) -> None:
     nodes = two_nodes(tmp_path, "--hang-timeout", "5", job=("--skip", "1"))
     assert wait_all(nodes) == [1, 1], nodes[0].err + nodes[1].err
@@ -173,6 +174,7 @@ def test_two_nodes_each_show_their_stacks_and_node_0_says_who_is_behind(tmp_path
     assert all(r["first_failure"]["behind"] == [1] for r in reports)
 
 
+@pytest.mark.slow
 def test_two_nodes_agree_on_the_first_failure(tmp_path: Path) -> None:
     nodes = two_nodes(tmp_path, job=("--crash", "1"))
     assert wait_all(nodes) == [1, 1], nodes[0].err + nodes[1].err

@@ -37,6 +37,7 @@ def node(tmp: Path, hosts: Hosts, rank: int, *extra: str, name: str | None = Non
     return Launch(tmp, *args, name=name or f"node{rank}", netns=hosts.names[rank], env_drop=("GLOO_SOCKET_IFNAME",))
 
 
+@pytest.mark.slow
 def test_two_hosts_two_ranks_each(tmp_path: Path, hosts: Hosts) -> None:
     node1 = node(tmp_path, hosts, 1, job=("--sleep", "0"))
     node0 = node(tmp_path, hosts, 0, job=("--sleep", "0"))
@@ -53,6 +54,7 @@ def test_two_hosts_two_ranks_each(tmp_path: Path, hosts: Hosts) -> None:
     hosts.assert_empty()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["link down", "SIGKILL"])
 def test_a_lost_node_ends_the_job_on_every_node(tmp_path: Path, hosts: Hosts, how: str) -> None:
     hold = ("--hold", str(tmp_path / "never"))  # ranks sit outside any collective: only launchers notice
@@ -74,6 +76,7 @@ def test_a_lost_node_ends_the_job_on_every_node(tmp_path: Path, hosts: Hosts, ho
     hosts.assert_empty()
 
 
+@pytest.mark.slow
 def test_a_relaunched_node_rejoins_under_max_restarts(tmp_path: Path, hosts: Hosts) -> None:
     release = tmp_path / "release"
     job = ("--hold", str(release))
@@ -107,6 +110,7 @@ def test_a_relaunched_node_rejoins_under_max_restarts(tmp_path: Path, hosts: Hos
     hosts.assert_empty()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_on_a_node_waiting_to_join(tmp_path: Path, hosts: Hosts, sig: int, code: int) -> None:
     logs = tmp_path / "logs"

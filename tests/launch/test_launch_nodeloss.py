@@ -36,6 +36,7 @@ def node(tmp: Path, hosts: Hosts, rank: int, *extra: str) -> Launch:
     return Launch(tmp, *args, name=f"node{rank}", netns=hosts.names[rank], env_drop=("GLOO_SOCKET_IFNAME",))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("killed", [1, 0])
 def test_a_killed_launcher_is_named_as_the_lost_node(tmp_path: Path, hosts: Hosts, killed: int) -> None:
     survivor = 1 - killed

@@ -9,6 +9,7 @@ import pytest
 from support import launcher, one_line_errors, reports, two_free_ports, wait_for_files
 
 
+@pytest.mark.slow
 def test_a_duplicate_node_rank_ends_a_forming_job_everywhere(tmp_path: Path) -> None:
     port = two_free_ports()
     # Three nodes expected; two launchers claim node rank 1 and node 2 never comes.
@@ -23,6 +24,7 @@ def test_a_duplicate_node_rank_ends_a_forming_job_everywhere(tmp_path: Path) -> 
     assert not list(tmp_path.glob("rank*.json"))
 
 
+@pytest.mark.slow
 def test_a_duplicate_node_rank_is_refused_by_a_running_job(tmp_path: Path) -> None:
     port = two_free_ports()
     release = tmp_path / "release"

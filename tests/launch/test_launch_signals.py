@@ -68,6 +68,7 @@ def test_while_running_ends_every_node(tmp_path: Path, sig: int, code: int) -> N
     assert_all_gone(pids)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("sig", "code"), SIGNALS)
 def test_while_restarting(tmp_path: Path, sig: int, code: int) -> None:
     port = two_free_ports()

@@ -117,6 +117,7 @@ def test_cuda_only_imports_are_listed(tmp_path: Path, release: str, capsys: pyte
     assert "npu-migrate ops: the script failed: ModuleNotFoundError" in captured.err
 
 
+@pytest.mark.slow
 def test_steps_end_the_script_after_torch_compile(tmp_path: Path, release: str,
                                                    capsys: pytest.CaptureFixture) -> None:
     code, data = audit(tmp_path, "compiled_train.py", release=release)

@@ -13,11 +13,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import TESTS, child_env
 
 CORPUS = TESTS / "corpus"
 
 
+@pytest.mark.slow
 def test_rasbt_ddp_script_audited_unmodified(tmp_path: Path, release: str) -> None:
     work = tmp_path / "rasbt_ddp_torchrun"
     shutil.copytree(CORPUS / "rasbt_ddp_torchrun", work, ignore=shutil.ignore_patterns("SOURCE.json", "LICENSE"))

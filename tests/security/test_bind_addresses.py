@@ -104,6 +104,7 @@ def test_a_two_node_job_on_loopback_listens_on_loopback_only(tmp_path: Path) -> 
 _WHY = netns_unavailable()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(_WHY is not None, reason=_WHY or "")
 def test_a_two_host_job_listens_on_each_hosts_job_address(tmp_path: Path) -> None:
     hosts = Hosts(2)
