@@ -302,10 +302,23 @@ def require(spec: DeviceSpec) -> None:
 
 
 def is_available(name: str) -> bool:
-    """Return whether the family ``name`` can be used here; never raises for a known family."""
-    if name not in DEVICES:
-        _normalize(name, "is_available()")
-    return unavailable_reason(DEVICES[name]) is None
+    """Return whether the family ``name`` can be used here; never raises for a known family.
+
+    ``name`` is read as ``--device`` reads it: case and surrounding spaces are ignored, and
+    ``"auto"`` (or an empty name) asks whether detection finds a usable family, which it does
+    wherever torch runs (cpu is always usable).
+
+    Raises:
+        UnknownDeviceError: ``name`` is neither a family nor ``"auto"`` (the line lists the choices).
+    """
+    key = _normalize(name, "is_available()")
+    if key is None:
+        try:
+            _detect()
+        except DeviceUnavailableError:  # pragma: no cover - cpu is always usable
+            return False
+        return True
+    return unavailable_reason(DEVICES[key]) is None
 
 
 # --------------------------------------------------------------------------- device calls
