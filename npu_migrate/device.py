@@ -366,7 +366,11 @@ def device_count() -> int:
     ``assert local_rank < nm.device_count()`` then holds on CPU as it does on a node with one
     device per rank.
     """
-    spec = device_spec()
+    return _count(device_spec())
+
+
+def _count(spec: DeviceSpec) -> int:
+    """:func:`device_count` for ``spec``, whatever the environment chooses."""
     if not spec.is_accelerator:
         local = os.environ.get("LOCAL_WORLD_SIZE", "").strip()
         return int(local) if local.isdigit() and int(local) >= 1 else 1
@@ -376,7 +380,10 @@ def device_count() -> int:
 
 def current_device_index() -> int:
     """Return the index of this process's current device (0 on CPU)."""
-    spec = device_spec()
+    return _current_index(device_spec())
+
+
+def _current_index(spec: DeviceSpec) -> int:
     if not spec.is_accelerator:
         return 0
     acc = _accelerator(spec)
@@ -431,10 +438,14 @@ def synchronize() -> None:
 
 def device_name(index: int | None = None) -> str:
     """Return a human-readable name of a device, such as ``"Ascend910B"``."""
-    spec = device_spec()
+    return _name(device_spec(), index)
+
+
+def _name(spec: DeviceSpec, index: int | None = None) -> str:
+    """:func:`device_name` for ``spec``, whatever the environment chooses."""
     if not spec.is_accelerator:
         return platform.processor() or platform.machine() or "cpu"
-    return str(_module(spec).get_device_name(current_device_index() if index is None else index))
+    return str(_module(spec).get_device_name(_current_index(spec) if index is None else index))
 
 
 def seed_everything(seed: int) -> None:
