@@ -241,3 +241,13 @@ def test_a_port_in_use_is_named(tmp_path: Path) -> None:
         port = busy.getsockname()[1]
         line = refuse(tmp_path, "--port", str(port), str(JOB), code=1)  # a well-formed value the host cannot serve now
     assert f"port {port} is in use on this host: pick another --port or leave it out to get a free one." in line
+
+
+def test_a_refused_configuration_leaves_no_migrate_report_directory(tmp_path: Path) -> None:
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    line = refuse(tmp_path, "--migrate", "--migrate-report", str(tmp_path / "report.md"), "--port", "0", str(JOB),
+                  TMPDIR=str(tmp))
+    assert "--port 0 is outside 1-65535" in line
+    assert not list(tmp.glob("npu_migrate_report_*"))
+    assert not (tmp_path / "report.md").exists()
