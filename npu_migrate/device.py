@@ -302,10 +302,23 @@ def require(spec: DeviceSpec) -> None:
 
 
 def is_available(name: str) -> bool:
-    """Return whether the family ``name`` can be used here; never raises for a known family."""
-    if name not in DEVICES:
-        _normalize(name, "is_available()")
-    return unavailable_reason(DEVICES[name]) is None
+    """Return whether the family ``name`` can be used here; never raises for a known family.
+
+    ``name`` is read as ``--device`` reads it: case and surrounding spaces are ignored, and
+    ``"auto"`` (or an empty name) asks whether detection finds a usable family, which it does
+    wherever torch runs (cpu is always usable).
+
+    Raises:
+        UnknownDeviceError: ``name`` is neither a family nor ``"auto"`` (the line lists the choices).
+    """
+    key = _normalize(name, "is_available()")
+    if key is None:
+        try:
+            _detect()
+        except DeviceUnavailableError:  # pragma: no cover - cpu is always usable
+            return False
+        return True
+    return unavailable_reason(DEVICES[key]) is None
 
 
 # --------------------------------------------------------------------------- device calls
@@ -353,7 +366,11 @@ def device_count() -> int:
     ``assert local_rank < nm.device_count()`` then holds on CPU as it does on a node with one
     device per rank.
     """
-    spec = device_spec()
+    return _count(device_spec())
+
+
+def _count(spec: DeviceSpec) -> int:
+    """:func:`device_count` for ``spec``, whatever the environment chooses."""
     if not spec.is_accelerator:
         local = os.environ.get("LOCAL_WORLD_SIZE", "").strip()
         return int(local) if local.isdigit() and int(local) >= 1 else 1
@@ -363,7 +380,10 @@ def device_count() -> int:
 
 def current_device_index() -> int:
     """Return the index of this process's current device (0 on CPU)."""
-    spec = device_spec()
+    return _current_index(device_spec())
+
+
+def _current_index(spec: DeviceSpec) -> int:
     if not spec.is_accelerator:
         return 0
     acc = _accelerator(spec)
@@ -418,10 +438,14 @@ def synchronize() -> None:
 
 def device_name(index: int | None = None) -> str:
     """Return a human-readable name of a device, such as ``"Ascend910B"``."""
-    spec = device_spec()
+    return _name(device_spec(), index)
+
+
+def _name(spec: DeviceSpec, index: int | None = None) -> str:
+    """:func:`device_name` for ``spec``, whatever the environment chooses."""
     if not spec.is_accelerator:
         return platform.processor() or platform.machine() or "cpu"
-    return str(_module(spec).get_device_name(current_device_index() if index is None else index))
+    return str(_module(spec).get_device_name(_current_index(spec) if index is None else index))
 
 
 def seed_everything(seed: int) -> None:

@@ -121,16 +121,14 @@ def collect(device: str | None = None, fetch_releases: bool = False) -> dict[str
 
     selection = _device.resolve_device(device)
     spec = selection.spec
-    if selection.source == "argument":
-        os.environ[_device.ENV_DEVICE] = spec.name  # the helpers below then agree with the choice
     variables = _relevant_env()
     report: dict[str, Any] = {
         "npu_migrate_version": __version__,
         "device_type": spec.name,
         "device_source": selection.source,
         "backend": _device.default_backend(spec),
-        "device_count": _device.device_count(),
-        "device_name": _device.device_name() if spec.is_accelerator else None,
+        "device_count": _device._count(spec),  # the chosen family's, read without setting ENV_DEVICE
+        "device_name": _device._name(spec) if spec.is_accelerator else None,
         "torch_version": torch.__version__,
         "torchvision_version": _dist_version("torchvision"),
         "torch_npu_version": _device.extension_version(_device.DEVICES["npu"]),

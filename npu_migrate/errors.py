@@ -23,6 +23,16 @@ class UnknownDeviceError(UsageError):
     """A device name that is not a family in :data:`npu_migrate.device.DEVICES`."""
 
 
+class UnknownRuleError(UsageError, KeyError):
+    """A port rule code that is not in :data:`npu_migrate.port.rules.RULES`.
+
+    A ``KeyError`` too, for callers of ``rule_by_code`` written before it had a message.
+    """
+
+    def __str__(self) -> str:  # KeyError would quote the whole message
+        return str(self.args[0])
+
+
 class DeviceUnavailableError(NpuMigrateError, RuntimeError):
     """A device family was requested but cannot be used on this machine."""
 

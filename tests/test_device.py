@@ -188,3 +188,10 @@ def test_host_events_measure_time_and_streams_are_usable() -> None:
         y = torch.ones(2) * 2
     side.synchronize()
     assert y.tolist() == [2.0, 2.0] and nm.current_stream() == nm.current_stream()
+
+
+def test_is_available_normalises_the_name_and_answers_for_auto() -> None:
+    assert nm.is_available(" CPU ") and nm.is_available("cpu")
+    assert nm.is_available("auto") and nm.is_available(" Auto ")  # detection always finds a family (cpu at least)
+    with pytest.raises(nm.UnknownDeviceError, match=r"Unknown device 'gpu' from is_available\(\)\. Expected one of: auto, npu, cuda, cpu\."):
+        nm.is_available("gpu")

@@ -238,8 +238,11 @@ def run(args: argparse.Namespace) -> int:
                           job_id=args.job_id, node_timeout=args.node_timeout, identity=target.identity(),
                           hang_timeout=args.hang_timeout, hang_action=args.hang_action, error_file=args.error_file,
                           preflight=args.preflight, output=output, rank_table_timeout=args.rank_table_timeout)
-    except NpuMigrateError:
-        stop_fork_server()
+    except BaseException as exc:
+        if isinstance(exc, NpuMigrateError):
+            stop_fork_server()
+        if report_dir:  # refused (or interrupted) before the job: no worker will write into it
+            shutil.rmtree(report_dir, ignore_errors=True)
         raise
     if args.dry_run:
         print(world_table(cfg, target))

@@ -25,6 +25,7 @@ from datetime import timedelta
 from typing import Any
 
 from npu_migrate.launch.config import LaunchConfig
+from npu_migrate.launch.signals import REAP_AFTER_KILL_S
 
 PREFLIGHT_TIMEOUT_S = float(os.environ.get("NPU_MIGRATE_PREFLIGHT_TIMEOUT_S", "60"))
 """Seconds the pre-flight all-reduce may take (``NPU_MIGRATE_PREFLIGHT_TIMEOUT_S``)."""
@@ -137,7 +138,9 @@ def run_preflight(cfg: LaunchConfig, start_method: str, run_dir: str, signals: A
                     os.kill(p.pid, _signal.SIGKILL)
                 except OSError:
                     pass
-            p.join()
+        reap_deadline = time.monotonic() + REAP_AFTER_KILL_S
+        for p in procs:
+            p.join(max(0.0, reap_deadline - time.monotonic()))  # bounded: see REAP_AFTER_KILL_S
     results = []
     for i, p in enumerate(procs):
         path = _result_path(run_dir, cfg.rank(i))

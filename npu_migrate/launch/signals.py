@@ -29,6 +29,11 @@ STOP_GRACE_S = float(os.environ.get("NPU_MIGRATE_STOP_GRACE_S", "5"))
 """Seconds between the signal forwarded to workers and SIGKILL after a failure
 (``NPU_MIGRATE_STOP_GRACE_S`` changes it, for ranks that need long to save their state)."""
 
+REAP_AFTER_KILL_S = 10.0
+"""How long the launcher waits for workers to be reaped after SIGKILL. SIGKILL ends a process
+unless it sits in an uninterruptible wait in the kernel (a hung device driver, a dead NFS mount);
+the launcher then says so and goes on instead of hanging with it."""
+
 SIGNAL_GRACE_S = min(3.0, STOP_GRACE_S)
 """The same after the launcher itself was signalled: the launcher must end within 5 s."""
 

@@ -45,7 +45,7 @@ from npu_migrate.launch.config import DEFAULT_NODE_TIMEOUT, LaunchConfig, Target
 from npu_migrate.launch.errors import JobFailed, LaunchError, first_line, say
 from npu_migrate.launch.forkserver import start_fork_server, stop_fork_server
 from npu_migrate.launch.output import OutputSettings, Relay, log_path
-from npu_migrate.launch.signals import SIGNAL_GRACE_S, STOP_GRACE_S, Interrupted, Signals
+from npu_migrate.launch.signals import REAP_AFTER_KILL_S, SIGNAL_GRACE_S, STOP_GRACE_S, Interrupted, Signals
 from npu_migrate.launch.watchdog import Hang, Watchdog, state_from_dict
 from npu_migrate.launch.worker import worker_main
 from npu_migrate.textsafe import printable
@@ -215,8 +215,12 @@ class Job:
                 break  # asked (again) while stopping: stop waiting
             multiprocessing.connection.wait([p.sentinel for p in procs if p.exitcode is None], timeout=_POLL_S)
         send(signal.SIGKILL)
+        reap_deadline = time.monotonic() + REAP_AFTER_KILL_S
         for proc in procs:
-            proc.join()
+            proc.join(max(0.0, reap_deadline - time.monotonic()))
+            if proc.exitcode is None:
+                logger.warning("worker pid %s is still there %.0f s after SIGKILL (stuck in the kernel?); "
+                               "going on without it", proc.pid, REAP_AFTER_KILL_S)
             # A worker leaves its group behind only if something it started is still there.
             try:
                 os.killpg(proc.pid, signal.SIGKILL)

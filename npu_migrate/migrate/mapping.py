@@ -33,8 +33,7 @@ _CPU = torch.device("cpu")
 
 def target_device(index: int | None) -> torch.device:
     """The target's device for CUDA device ``index`` (``None``: the current device)."""
-    spec = STATE.target
-    assert spec is not None
+    spec = STATE.require_target("target_device()")
     if not spec.is_accelerator:
         return _CPU
     # "cuda" with no index means the current device: name it, rather than leave the target's
@@ -79,8 +78,7 @@ def map_backend(value: Any) -> Any:
     """``nccl`` -> the target's backend; ``cuda:nccl,cpu:gloo`` -> ``npu:hccl,cpu:gloo`` or ``cpu:gloo``."""
     if not isinstance(value, str) or "nccl" not in value.lower():
         return value
-    spec = STATE.target
-    assert spec is not None
+    spec = STATE.require_target("map_backend()")
     ours = _device.default_backend(spec)
     if ":" not in value:
         return ours if value.lower() == "nccl" else value

@@ -101,7 +101,8 @@ def mismatch(impl: Any, original: Any, api: str) -> str | None:
     """
     if getattr(impl, "__wrapped__", None) is original:
         return None
-    ours, theirs = _params(impl), (None if signature(original) is None else _params_of_original(original))
+    sig = signature(original)
+    ours, theirs = _params(impl), (None if sig is None else _params_of_original(sig))
     if theirs is None or ours == theirs or api in DIFFERENCES:
         return None
     return f"{api}: the stand-in takes {_show(ours)}, torch's takes {_show(theirs)}"
@@ -131,9 +132,7 @@ def installed_mismatches() -> list[str]:
     return found
 
 
-def _params_of_original(original: Any) -> list[tuple[str, str, Any]]:
-    sig = signature(original)
-    assert sig is not None
+def _params_of_original(sig: inspect.Signature) -> list[tuple[str, str, Any]]:
     return [(p.name, p.kind.name, "<required>" if p.default is _EMPTY else p.default) for p in sig.parameters.values()]
 
 

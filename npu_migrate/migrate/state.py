@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from types import FunctionType, ModuleType
 from typing import TYPE_CHECKING, Any, Iterator
 
+from npu_migrate.errors import MigrationError
+
 if TYPE_CHECKING:
     from npu_migrate.registry import DeviceSpec
 
@@ -51,6 +53,19 @@ class State:
     env_before: dict[str, str | None] = field(default_factory=dict)
     originals: dict[str, Any] = field(default_factory=dict)
     lock: threading.RLock = field(default_factory=threading.RLock)
+
+    def require_target(self, what: str) -> DeviceSpec:
+        """The target family; raises :class:`~npu_migrate.errors.MigrationError` while migration is off.
+
+        An explicit check, not an ``assert``: ``python -O`` drops those.
+        """
+        spec = self.target
+        if spec is None:
+            raise MigrationError(
+                f"{what} needs runtime migration, which is not installed in this process: call "
+                "npu_migrate.migrate.install() first, or start the script with `npu-migrate run`."
+            )
+        return spec
 
     @property
     def current(self) -> int:

@@ -21,6 +21,7 @@ from typing import Optional, Sequence
 
 import libcst as cst
 
+from npu_migrate.errors import UnknownRuleError
 from npu_migrate.port.context import Rule
 from npu_migrate.port.matchers import api, checkpoint, devices, distributed, libs, npu, reports
 from npu_migrate.port.targets import STYLES, TARGETS  # noqa: F401 - re-exported for the CLI and tests
@@ -138,15 +139,20 @@ DEFERRED: frozenset[str] = frozenset({"NM113"})
 
 
 def rule_by_code(code: str) -> Rule:
-    """Return the rule with ``code``.
+    """Return the rule with ``code`` (case and surrounding spaces ignored, as ``--select`` reads it).
 
     Raises:
-        KeyError: no rule has that code.
+        UnknownRuleError: no rule has that code; the one-line message lists the known codes
+            (a ``KeyError`` and a ``ValueError``).
     """
+    key = code.strip().upper()
     for rule in RULES:
-        if rule.code == code:
+        if rule.code == key:
             return rule
-    raise KeyError(code)
+    raise UnknownRuleError(
+        f"Unknown rule code {code!r}. Expected one of: {', '.join(RULE_CODES)}. "
+        "Run `npu-migrate port --list-rules` to see them."
+    )
 
 
 def select_rules(select: Optional[Sequence[str]] = None, ignore: Optional[Sequence[str]] = None) -> tuple[Rule, ...]:

@@ -198,12 +198,13 @@ def test_failure_on_one_node_ends_the_other_node_quickly(tmp_path: Path) -> None
 # --------------------------------------------------------------------------- bad input
 
 
-def refuse(tmp_path: Path, *args: str, paths: tuple = (), **env: str) -> str:
+def refuse(tmp_path: Path, *args: str, paths: tuple = (), code: int = 2, **env: str) -> str:
+    """The one line a refused launch prints; ``code``: 2 for a usage error, 1 for a family that cannot be used."""
     result = subprocess.run([sys.executable, "-m", "npu_migrate.launch", *args],
                             env=child_env(*paths, OUT_DIR=str(tmp_path), **env), cwd=ROOT,
                             capture_output=True, text=True, timeout=60)
     lines = result.stderr.strip().splitlines()
-    assert result.returncode in (1, 2) and len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert (result.returncode, len(lines)) == (code, 1) and "Traceback" not in result.stderr, result.stderr
     assert not list(tmp_path.glob("rank*.json"))  # nothing started
     return lines[0]
 
@@ -223,7 +224,8 @@ def refuse(tmp_path: Path, *args: str, paths: tuple = (), **env: str) -> str:
     ([], "the following arguments are required: SCRIPT"),
 ])
 def test_bad_input_is_refused_in_one_line(tmp_path: Path, args: list[str], message: str) -> None:
-    assert message in refuse(tmp_path, *args)
+    # docs/cli.md: 2 for a usage error; 1 where the device family cannot be used.
+    assert message in refuse(tmp_path, *args, code=1 if "torch_npu" in message else 2)
 
 
 @pytest.mark.fake_npu
@@ -237,5 +239,15 @@ def test_a_port_in_use_is_named(tmp_path: Path) -> None:
         busy.bind(("", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        line = refuse(tmp_path, "--port", str(port), str(JOB))
+        line = refuse(tmp_path, "--port", str(port), str(JOB), code=1)  # a well-formed value the host cannot serve now
     assert f"port {port} is in use on this host: pick another --port or leave it out to get a free one." in line
+
+
+def test_a_refused_configuration_leaves_no_migrate_report_directory(tmp_path: Path) -> None:
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    line = refuse(tmp_path, "--migrate", "--migrate-report", str(tmp_path / "report.md"), "--port", "0", str(JOB),
+                  TMPDIR=str(tmp))
+    assert "--port 0 is outside 1-65535" in line
+    assert not list(tmp.glob("npu_migrate_report_*"))
+    assert not (tmp_path / "report.md").exists()

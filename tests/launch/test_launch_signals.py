@@ -7,6 +7,7 @@ signal, and checks the exit code (130 / 143), the one console line and that noth
 from __future__ import annotations
 
 import signal
+import sys
 from pathlib import Path
 
 import pytest
@@ -97,3 +98,34 @@ def test_while_tearing_down(tmp_path: Path, sig: int, code: int) -> None:
     ends_with(job, code, f"received {signal.Signals(sig).name} while stopping the ranks: stopped; "
                          "no rank is left running on node 0.")
     assert_all_gone(all_pids(tmp_path, 2))
+
+
+def test_stopping_waits_a_bounded_time_for_a_worker_that_survives_sigkill() -> None:
+    # A worker in an uninterruptible kernel wait outlives SIGKILL; joining it without a timeout
+    # would hang the launcher. The stand-in never ends; its pid is a process of ours in its own
+    # group, so the launcher's signals reach nothing else.
+    import subprocess
+    import types
+
+    from npu_migrate.launch import supervisor
+    from npu_migrate.launch.signals import REAP_AFTER_KILL_S
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+
+    class Unkillable:
+        pid, exitcode, timeouts = child.pid, None, []
+
+        def join(self, timeout: float | None = None) -> None:
+            if timeout is None:
+                raise AssertionError("join() without a timeout would wait for ever")
+            self.timeouts.append(timeout)
+
+    try:
+        stub = types.SimpleNamespace(_stopped=set(), signals=types.SimpleNamespace(count=0), _context=object())
+        procs = [Unkillable()]
+        supervisor.Job._stop(stub, procs, grace=0)  # type: ignore[arg-type]
+        assert len(procs[0].timeouts) == 1 and 0 <= procs[0].timeouts[0] <= REAP_AFTER_KILL_S
+        assert stub._context is None
+    finally:
+        child.kill()
+        child.wait()

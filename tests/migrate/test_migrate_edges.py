@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -379,3 +380,21 @@ def test_user_code_flag_on_the_command_line(tmp_path: Path) -> None:
 
     args = build_parser().parse_args(["--migrate", "--user-code", "userpkg", "--user-code", "src", "train.py"])
     assert args.user_code == ["userpkg", "src"]
+
+
+def test_wrappers_called_while_migration_is_off_raise_migration_error_even_under_python_O(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Explicit checks, not asserts: `python -O` would drop an assert and fail later with an AttributeError.
+    from npu_migrate.errors import MigrationError
+    from npu_migrate.migrate import mapping
+    from npu_migrate.migrate.patches import accelerator, cuda_namespace, data_amp, streams
+    from npu_migrate.migrate.state import STATE
+
+    monkeypatch.setattr(STATE, "target", None)
+    calls = {"target_device()": lambda: mapping.target_device(0), "map_backend()": lambda: mapping.map_backend("nccl"),
+             "new_grad_scaler()": data_amp.new_grad_scaler, "install_nvtx()": streams.install_nvtx,
+             "cuda_namespace.install()": cuda_namespace.install,
+             "the torch.accelerator patches": accelerator._install_namespace}
+    for what, call in calls.items():
+        with pytest.raises(MigrationError, match=rf"^{re.escape(what)} needs runtime migration, which is not installed "
+                                                 r"in this process: call npu_migrate\.migrate\.install\(\) first"):
+            call()

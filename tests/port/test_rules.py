@@ -219,3 +219,15 @@ def test_positions_are_right_in_decorated_compound_and_semicolon_statements() ->
     assert [(c.code, c.line, c.col) for c in result.changes] == [
         ("NM001", 11, 12), ("NM001", 18, 12), ("NM009", 22, 9)]
     assert [(f.code, f.line, f.col) for f in result.findings] == [("NM109", 15, 9)]
+
+
+def test_rule_by_code_names_the_unknown_code_and_the_known_ones() -> None:
+    from npu_migrate.errors import UsageError, exit_code
+    from npu_migrate.port.rules import RULE_CODES, rule_by_code
+
+    assert rule_by_code(" nm001 ").code == "NM001"
+    with pytest.raises(KeyError) as caught:  # still a KeyError for callers that catch one
+        rule_by_code("NM999")
+    assert isinstance(caught.value, UsageError) and exit_code(caught.value) == 2
+    assert str(caught.value) == (f"Unknown rule code 'NM999'. Expected one of: {', '.join(RULE_CODES)}. "
+                                 "Run `npu-migrate port --list-rules` to see them.")

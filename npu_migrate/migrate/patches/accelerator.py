@@ -125,8 +125,7 @@ def _unmapped(name: str) -> Any:
 
 
 def _install_namespace() -> None:
-    spec = STATE.target
-    assert spec is not None
+    spec = STATE.require_target("the torch.accelerator patches")
     acc = torch.accelerator
     for name, value in public_callables().items():
         if on_cpu():

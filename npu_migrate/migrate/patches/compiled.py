@@ -58,8 +58,7 @@ def _install_dynamo() -> None:
         values = list(var.target_values)
         traced = traced_filename(sys._getframe(1))
         if values and values[0] == "cuda" and traced is not None and not is_internal(traced):
-            spec = STATE.target
-            assert spec is not None
+            spec = STATE.require_target("torch.compile's autocast")
             values[0] = spec.name
             if len(values) > 1 and values[1] is None:
                 values[1] = spec.amp_dtype

@@ -95,8 +95,7 @@ def redirected_to_device_module() -> list[str]:
 
 def install() -> None:
     """Patch every public callable of ``torch.cuda`` and ``torch.cuda.amp``'s autocast, GradScaler, custom_fwd/bwd."""
-    spec = STATE.target
-    assert spec is not None
+    spec = STATE.require_target("cuda_namespace.install()")
     cuda = torch.cuda
     npu = getattr(torch, spec.name, None) if spec.is_accelerator else None
     for name, value in public_callables():

@@ -38,8 +38,7 @@ def cuda_grad_scaler(*args: Any, **kwargs: Any) -> Any:
 
 def new_grad_scaler(*args: Any, **kwargs: Any) -> Any:
     """A GradScaler for the target: disabled where the AMP dtype is not float16."""
-    spec = STATE.target
-    assert spec is not None
+    spec = STATE.require_target("new_grad_scaler()")
     if spec.amp_dtype != torch.float16:  # bfloat16 autocast needs no loss scaling
         kwargs["enabled"] = False
     if "amp.GradScaler" in STATE.originals:  # torch >= 2.3: one class with a device argument

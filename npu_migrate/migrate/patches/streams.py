@@ -110,8 +110,7 @@ def nvtx_functions(mstx: Any) -> dict[str, Callable[..., Any]]:
 
 def install_nvtx() -> None:
     """``torch.cuda.nvtx.*`` for user code: ``torch.npu.mstx`` markers on npu where present, else no-ops."""
-    spec = STATE.target
-    assert spec is not None
+    spec = STATE.require_target("install_nvtx()")
     npu = getattr(torch, spec.name, None) if spec.is_accelerator else None
     mstx = getattr(npu, "mstx", None)
     where = f"torch.{spec.name}.mstx" if mstx is not None else "profiling annotation"
