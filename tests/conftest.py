@@ -39,6 +39,9 @@ _JOB_VARS = (
     "NPU_MIGRATE_DEVICE", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
     "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "ASCEND_RT_VISIBLE_DEVICES", "FAKE_NPU_DEVICE_COUNT",
     "CUDA_VISIBLE_DEVICES",
+    # npu_migrate.autoload sets it to 0 in the process that asked for a built-in family (an
+    # in-process CLI test): the next test in that process must not inherit it.
+    "TORCH_DEVICE_BACKEND_AUTOLOAD",
 )
 
 
@@ -72,44 +75,27 @@ FAKE_NPU_MISSING = _fake_npu_missing()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip the simulated-NPU tier on a torch too old for it; keep each shared job on one xdist worker.
-
-    Under pytest-xdist (``--dist loadgroup``, the project's default) tests spread over workers one by
-    one, except those that share a module- or session-scoped fixture of ours (a training run several
-    assertions read, an S3 server): they stay together in one group, so the fixture runs once.
-    """
-    skip = pytest.mark.skip(reason=FAKE_NPU_MISSING) if FAKE_NPU_MISSING else None
+    """Skip the simulated-NPU tier, naming the missing torch feature, on a torch too old for it."""
+    if FAKE_NPU_MISSING is None:
+        return
+    skip = pytest.mark.skip(reason=FAKE_NPU_MISSING)
     for item in items:
-        if skip is not None and item.get_closest_marker("fake_npu") is not None:
+        if item.get_closest_marker("fake_npu") is not None:
             item.add_marker(skip)
-        shared = _shared_fixture_scope(item)
-        if shared is not None and item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(shared))
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """``-n auto``: two workers per core (the tests wait on processes and sockets as much as they compute).
+    """``-n auto``: three workers for every two cores.
 
-    ``PYTEST_XDIST_AUTO_NUM_WORKERS`` (pytest-xdist's own variable) overrides it, as .ci/run does for
-    two tiers that share the machine.
+    Most tests start interpreters that import torch (compute) and then wait on sockets, timeouts
+    and other processes; a worker more than the cores fills those waits, while two per core
+    starved the launchers' start-up past the tests' hang guards. ``PYTEST_XDIST_AUTO_NUM_WORKERS``
+    (pytest-xdist's own variable) overrides it.
     """
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
-    return 2 * (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
-
-
-def _shared_fixture_scope(item: pytest.Item) -> str | None:
-    """The node id of the module (or "session") whose shared fixture of ours this test uses, if any."""
-    info = getattr(item, "_fixtureinfo", None)
-    if info is None:
-        return None
-    for name in info.names_closure:
-        for fixturedef in info.name2fixturedefs.get(name, ()):
-            code = getattr(fixturedef.func, "__code__", None)
-            if fixturedef.scope == "function" or code is None or not code.co_filename.startswith(str(TESTS)):
-                continue  # function-scoped, or pytest's own (tmp_path_factory...)
-            return "session" if fixturedef.scope == "session" else item.nodeid.split("::")[0]
-    return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, (3 * cores + 1) // 2)
 
 
 @pytest.fixture(autouse=True)

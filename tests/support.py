@@ -26,7 +26,7 @@ from conftest import LAUNCH_SCRIPTS, ROOT, child_env, free_port
 from npu_migrate.compare import records
 
 JOB = LAUNCH_SCRIPTS / "launch_job.py"
-HANG_GUARD_S = 120.0
+HANG_GUARD_S = 240.0
 """How long a wait may take before the test fails as hung (the machine may be slow and shared)."""
 
 
