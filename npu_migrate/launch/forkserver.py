@@ -63,12 +63,44 @@ if sys.platform.startswith("linux") and in_fork_server():
     atexit.register(kill_worker_groups)
 
 
+UNIX_PATH_MAX = 107
+"""Bytes in an AF_UNIX socket path on Linux (108 with the NUL): the fork server listens on one."""
+_LISTENER_SUFFIX = len("/pymp-xxxxxxxx/listener-xxxxxxxx")
+"""What multiprocessing adds to the temporary directory for the fork server's socket."""
+_SHORT_TEMP_DIRS = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+def _short_socket_dir() -> None:
+    """Keep the fork server's socket path within AF_UNIX's limit under a long ``TMPDIR``.
+
+    multiprocessing puts the socket in a ``pymp-*`` directory under the temporary directory, and
+    Python before 3.12 fails with "AF_UNIX path too long" (a traceback, no job) when ``TMPDIR`` is
+    long, as under a CI runner's or pytest's nested temporary directories. Then that one directory
+    goes to the first short system temporary directory instead; everything else the launcher writes
+    stays under ``TMPDIR``.
+    """
+    import tempfile
+    from multiprocessing import util
+
+    if len(os.fsencode(tempfile.gettempdir())) + _LISTENER_SUFFIX <= UNIX_PATH_MAX:
+        return
+    for candidate in _SHORT_TEMP_DIRS:
+        if os.path.isdir(candidate) and os.access(candidate, os.W_OK | os.X_OK):
+            saved, tempfile.tempdir = tempfile.tempdir, candidate
+            try:
+                util.get_temp_dir()  # made now, under candidate; multiprocessing keeps it for the process
+            finally:
+                tempfile.tempdir = saved
+            return
+
+
 def start_fork_server() -> str:
     """Start the fork server that preloads torch, before this process imports it; return the method."""
     method = os.environ.get("NPU_MIGRATE_START_METHOD", "forkserver")
     if method == "forkserver" and "forkserver" in multiprocessing.get_all_start_methods():
         from multiprocessing import forkserver
 
+        _short_socket_dir()
         forkserver.set_forkserver_preload(PRELOAD)
         forkserver.ensure_running()
         quiet_torch_cpp_log()

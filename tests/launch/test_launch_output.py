@@ -7,6 +7,7 @@ Two launches with real processes (one with two ranks printing unbuffered at full
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import LAUNCH_SCRIPTS
-from support import Launch, alive
+from support import JOB, Launch, alive
 
 from npu_migrate.autoload import ENV_AUTOLOAD
 from npu_migrate.launch.cli import main
@@ -145,3 +146,14 @@ def test_progress_bars_partial_lines_and_prefixes(tmp_path: Path, capfd: pytest.
 def test_an_empty_template_turns_the_prefix_off(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
     out, log = _relay_output(tmp_path, capfd, [b"a\nb", b"c\n"], template="")
     assert out == log == "a\nbc\n"
+
+
+def test_a_long_tmpdir_still_starts_the_job(tmp_path: Path) -> None:
+    """The fork server's socket lives under TMPDIR; a long one (CI runners, nested temporary
+    directories) must not end the launcher with "AF_UNIX path too long"."""
+    deep = tmp_path / ("t" * 60) / ("u" * 40)
+    deep.mkdir(parents=True)
+    launch = Launch(tmp_path, "--device-num", "1", str(JOB), "--sleep", "0", TMPDIR=str(deep))
+    assert launch.wait() == 0, launch.err
+    assert "Traceback" not in launch.err
+    assert json.loads((tmp_path / "rank0.json").read_text())["env"]["RANK"] == "0"
