@@ -229,6 +229,31 @@ class Hosts:
             subprocess.run(["ip", "netns", "del", name], capture_output=True)
 
 
+HOSTS_PORT = "29400"
+"""The launcher's --port on namespace hosts: each namespace has its own ports, so one is enough."""
+HOSTS_NODE_TIMEOUT = "10"
+"""--node-timeout on namespace hosts: short enough to keep the tests quick, long enough for a slow
+shared CI machine."""
+
+
+@pytest.fixture
+def hosts():
+    """Two namespace hosts (:class:`Hosts`), removed after the test; import it into a test module."""
+    made = Hosts(2)
+    yield made
+    made.remove()
+
+
+def host_launcher(tmp: Path, hosts: Hosts, rank: int, script: Path, *extra: str, name: str | None = None,
+                  nproc: str = "2", job: tuple[str, ...] = ()) -> Launch:
+    """Node ``rank`` of a 2-node job on namespace host ``rank``, node 0's address as ``--addr``."""
+    args = ["--nnodes", "2", "--node-rank", str(rank), "--device-num", nproc, "--addr", hosts.addrs[0],
+            "--port", HOSTS_PORT, "--join-timeout", "120", "--node-timeout", HOSTS_NODE_TIMEOUT, *extra,
+            str(script), *job]
+    # The suite's GLOO_SOCKET_IFNAME=lo would be wrong across hosts: leave the choice to the launcher.
+    return Launch(tmp, *args, name=name or f"node{rank}", netns=hosts.names[rank], env_drop=("GLOO_SOCKET_IFNAME",))
+
+
 # --------------------------------------------------------------------------- torch features a test needs
 
 

@@ -12,29 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from support import JOB, Hosts, Launch, netns_unavailable, one_line_errors, reports, wait_for_files, wait_for_text
+from support import (HOSTS_NODE_TIMEOUT, HOSTS_PORT, JOB, Hosts, Launch, host_launcher, hosts,  # noqa: F401 (fixture)
+                     netns_unavailable, one_line_errors, reports, wait_for_files, wait_for_text)
 
 _WHY = netns_unavailable()
 pytestmark = pytest.mark.skipif(_WHY is not None, reason=_WHY or "")
 
-PORT = "29400"  # each namespace has its own ports
-# Short enough to keep the tests quick, long enough for a slow shared CI machine.
-NODE_TIMEOUT = "10"
-
-
-@pytest.fixture
-def hosts():
-    made = Hosts(2)
-    yield made
-    made.remove()
-
-
 def node(tmp: Path, hosts: Hosts, rank: int, *extra: str, name: str | None = None, nproc: str = "2",
          job: tuple[str, ...] = ()) -> Launch:
-    args = ["--nnodes", "2", "--node-rank", str(rank), "--device-num", nproc, "--addr", hosts.addrs[0],
-            "--port", PORT, "--join-timeout", "120", "--node-timeout", NODE_TIMEOUT, *extra, str(JOB), *job]
-    # The suite's GLOO_SOCKET_IFNAME=lo would be wrong across hosts: leave the choice to the launcher.
-    return Launch(tmp, *args, name=name or f"node{rank}", netns=hosts.names[rank], env_drop=("GLOO_SOCKET_IFNAME",))
+    return host_launcher(tmp, hosts, rank, JOB, *extra, name=name, nproc=nproc, job=job)
 
 
 @pytest.mark.slow
@@ -70,7 +56,7 @@ def test_a_lost_node_ends_the_job_on_every_node(tmp_path: Path, hosts: Hosts, ho
         assert f"lost node 0 ({hosts.addrs[0]}" in node1.err or "lost node 0 (" in node1.err, node1.err
         one_line_errors(node1.err)
     assert node0.wait() == 1
-    assert f"lost node 1 (vm ({hosts.addrs[1]})): no heartbeat for {NODE_TIMEOUT} s" in node0.err.replace(
+    assert f"lost node 1 (vm ({hosts.addrs[1]})): no heartbeat for {HOSTS_NODE_TIMEOUT} s" in node0.err.replace(
         hosts.names[1], "vm"), node0.err
     one_line_errors(node0.err)
     hosts.assert_empty()
@@ -117,7 +103,7 @@ def test_a_signal_on_a_node_waiting_to_join(tmp_path: Path, hosts: Hosts, sig: i
     # Three nodes are expected and only two come: node 1 waits in the rendezvous.
     extra = ("--log-dir", str(logs))
     args = lambda rank: ["--nnodes", "3", "--node-rank", str(rank), "--device-num", "1", "--addr", hosts.addrs[0],  # noqa: E731
-                         "--port", PORT, "--join-timeout", "300", "--node-timeout", NODE_TIMEOUT, *extra, str(JOB)]
+                         "--port", HOSTS_PORT, "--join-timeout", "300", "--node-timeout", HOSTS_NODE_TIMEOUT, *extra, str(JOB)]
     node0 = Launch(tmp_path, *args(0), name="node0", netns=hosts.names[0], env_drop=("GLOO_SOCKET_IFNAME",))
     node1 = Launch(tmp_path, *args(1), name="node1", netns=hosts.names[1], env_drop=("GLOO_SOCKET_IFNAME",))
     wait_for_text(logs / "launcher-node1.log", "node 1: waiting for nodes")

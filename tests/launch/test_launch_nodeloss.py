@@ -13,27 +13,15 @@ from pathlib import Path
 import pytest
 
 from conftest import LAUNCH_SCRIPTS
-from support import Hosts, Launch, netns_unavailable, one_line_errors, wait_for_files
+from support import (Hosts, Launch, host_launcher, hosts,  # noqa: F401 (fixture)
+                     netns_unavailable, wait_for_files)
 
 _WHY = netns_unavailable()
 pytestmark = pytest.mark.skipif(_WHY is not None, reason=_WHY or "")
 
 LOOP = LAUNCH_SCRIPTS / "collective_loop.py"
-PORT = "29400"
-NODE_TIMEOUT = "10"
-
-
-@pytest.fixture
-def hosts():
-    made = Hosts(2)
-    yield made
-    made.remove()
-
-
 def node(tmp: Path, hosts: Hosts, rank: int, *extra: str) -> Launch:
-    args = ["--nnodes", "2", "--node-rank", str(rank), "--device-num", "2", "--addr", hosts.addrs[0],
-            "--port", PORT, "--join-timeout", "120", "--node-timeout", NODE_TIMEOUT, *extra, str(LOOP)]
-    return Launch(tmp, *args, name=f"node{rank}", netns=hosts.names[rank], env_drop=("GLOO_SOCKET_IFNAME",))
+    return host_launcher(tmp, hosts, rank, LOOP, *extra)
 
 
 @pytest.mark.slow
