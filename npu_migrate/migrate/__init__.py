@@ -20,14 +20,14 @@ Design, and what it does differently from torch_npu's ``transfer_to_npu``:
   (``"cuda"``, ``"cuda:1"``, ``torch.device("cuda", 1)``, an int device index); strings that merely
   contain "cuda", like ``"runs/cuda_exp/model.pt"``, are never touched.
 * Queries answer by caller. ``torch.cuda.is_available()``, ``device_count()``, ``Tensor.is_cuda``
-  and the rest of :data:`npu_migrate.migrate.sim.CUDA_TABLE` answer for the target device when the caller is user code,
+  and the rest of the rows of :mod:`npu_migrate.cuda_api` answer for the target device when the caller is user code,
   and give torch's own answer to code in torch, the standard library, site-packages and
   npu_migrate. So optimizers, DataLoader and libraries never take CUDA-only paths on a machine
   without CUDA.
 * Every patched attribute is recorded and :func:`uninstall` puts the originals back.
 * Every redirection is counted per API with its first call site; CUDA APIs that cannot be
   mapped raise :class:`MigrationError` naming the call and what to do instead, unless
-  :data:`npu_migrate.migrate.sim.CUDA_TABLE` documents them as harmless no-ops.
+  their row in :mod:`npu_migrate.cuda_api` documents them as harmless no-ops.
 * It follows the job into child processes through ``npu_migrate/_bootstrap/sitecustomize.py``
   on PYTHONPATH and ``NPU_MIGRATE_MIGRATE=1`` (see :func:`export_environment`).
 

@@ -4,8 +4,8 @@ Usage::
 
     from npu_migrate.migrate.signatures import answer, shaped, mismatch
 
-    CUDA_TABLE["synchronize"] = ("noop", answer(lambda: None), "")  # ignores its arguments
-    impl = shaped(torch.cuda.synchronize, CUDA_TABLE["synchronize"][1])  # takes torch's exactly
+    nothing = answer(lambda: None)                   # ignores its arguments
+    impl = shaped(torch.cuda.synchronize, nothing)   # takes torch's exactly
     mismatch(impl, torch.cuda.synchronize, "torch.cuda.synchronize")     # None: same signature
     installed_mismatches()   # every stand-in installed now whose signature is not torch's
 

@@ -5,11 +5,12 @@ Usage::
     from npu_migrate.migrate import sim
 
     sim.set_device(1)            # torch.cuda.set_device(1) on the CPU target
-    sim.CUDA_TABLE["device_count"]   # ("redirected", <answers STATE.count>, "")
+    sim.CPU["count"]             # (<answers STATE.count>, ""): torch.cuda.device_count's row names it
     sim.count_from_env()         # NPU_MIGRATE_SIM_DEVICES, else CUDA_VISIBLE_DEVICES' count, else 1
 
-On the CPU target the script sees ``STATE.count`` CUDA devices; :data:`CUDA_TABLE` and
-:data:`CUDA_CLASSES` hold what each ``torch.cuda`` function and class does there.
+On the CPU target the script sees ``STATE.count`` CUDA devices; :data:`CPU` holds the answers
+``torch.cuda``'s functions and classes give there, by name. Which API gets which answer is a
+column of its row in :mod:`npu_migrate.cuda_api` (``cpu``), not a table here.
 """
 
 from __future__ import annotations
@@ -135,61 +136,33 @@ def count_from_env() -> int:
     return 1
 
 
-# One table of what maps where on the CPU target. For every public callable of torch.cuda:
-#   key: the name; value: (kind, CPU implementation, note); an implementation is a function with
-#   torch's signature, or an answer() that ignores its arguments and takes torch's (signatures.py)
-#   kind "redirected": answered for the target device (on npu by torch.npu's function of that name)
-#   kind "noop": harmless on the target and documented as such
-# Names not in the table are "unmapped": a user call raises MigrationError, unless the npu target
-# has a function of the same name. Streams and events: npu_migrate.migrate.patches.streams.
-CUDA_TABLE: dict[str, tuple[str, Any, str]] = {
-    "is_available": ("redirected", answer(lambda: True), ""),
-    "device_count": ("redirected", answer(lambda: STATE.count), ""),
-    "current_device": ("redirected", answer(lambda: STATE.current), ""),
-    "set_device": ("redirected", set_device, ""),
-    "get_device_name": ("redirected", name, ""),
-    "get_device_properties": ("redirected", properties, CAPABILITY_NOTE),
-    "get_device_capability": ("redirected", capability, CAPABILITY_NOTE),
-    "is_bf16_supported": ("redirected", answer(lambda: True), ""),
-    "is_tf32_supported": ("redirected", answer(lambda: False), ""),
-    "is_initialized": ("redirected", answer(lambda: True), ""),
-    "init": ("noop", answer(lambda: None), ""),
-    "synchronize": ("noop", answer(lambda: None), "cpu work is synchronous"),
-    "empty_cache": ("noop", answer(lambda: None), "no device cache on cpu"),
-    "ipc_collect": ("noop", answer(lambda: None), ""),
-    "memory_allocated": ("noop", answer(lambda: 0), "0 on cpu"),
-    "max_memory_allocated": ("noop", answer(lambda: 0), "0 on cpu"),
-    "memory_reserved": ("noop", answer(lambda: 0), "0 on cpu"),
-    "max_memory_reserved": ("noop", answer(lambda: 0), "0 on cpu"),
-    "memory_cached": ("noop", answer(lambda: 0), "0 on cpu"),
-    "max_memory_cached": ("noop", answer(lambda: 0), "0 on cpu"),
-    "reset_peak_memory_stats": ("noop", answer(lambda: None), ""),
-    "reset_max_memory_allocated": ("noop", answer(lambda: None), ""),
-    "reset_max_memory_cached": ("noop", answer(lambda: None), ""),
-    "reset_accumulated_memory_stats": ("noop", answer(lambda: None), ""),
-    "memory_stats": ("noop", answer(lambda: {}), "{} on cpu"),
-    "memory_summary": ("noop", answer(lambda: ""), "'' on cpu"),
-    "mem_get_info": ("redirected", answer(host_memory), "host memory"),
-    "set_per_process_memory_fraction": ("noop", answer(lambda: None), ""),
-    "get_per_process_memory_fraction": ("noop", answer(lambda: 1.0), ""),
-    # The CPU generator is not the CUDA one: seeding "CUDA" must not reseed it, or the run would
-    # differ from the same script written for the CPU.
-    "manual_seed": ("noop", answer(lambda: None), "the cpu generator is seeded by torch.manual_seed"),
-    "manual_seed_all": ("noop", answer(lambda: None), "the cpu generator is seeded by torch.manual_seed"),
-    "seed": ("noop", answer(lambda: None), ""),
-    "seed_all": ("noop", answer(lambda: None), ""),
-    "initial_seed": ("redirected", answer(lambda: torch.initial_seed()), "torch.initial_seed()"),
-    "get_rng_state": ("noop", answer(lambda: torch.ByteTensor()), "empty state: no CUDA generator"),
-    "get_rng_state_all": ("noop", answer(lambda: [torch.ByteTensor() for _ in range(STATE.count)]), "empty states"),
-    "set_rng_state": ("noop", answer(lambda: None), ""),
-    "set_rng_state_all": ("noop", answer(lambda: None), ""),
-    "get_arch_list": ("noop", answer(lambda: []), ""),
-    "get_gencode_flags": ("noop", answer(lambda: ""), ""),
-    "get_sync_debug_mode": ("noop", answer(lambda: 0), ""),
-    "set_sync_debug_mode": ("noop", answer(lambda: None), ""),
-}
-# Classes of torch.cuda, as (kind, CPU implementation, note).
-CUDA_CLASSES: dict[str, tuple[str, Callable[..., Any], str]] = {
-    "device": ("redirected", SimDevice, ""),
-    "device_of": ("redirected", device_of, ""),
+Implementation = tuple[Callable[..., Any], str]
+"""A cpu answer of runtime migration: a function with torch's signature, or an :func:`answer` that
+ignores its arguments and takes torch's (:mod:`npu_migrate.migrate.signatures`); and what the
+migration report says of it when the row says nothing (``CudaApi.cpu_note``)."""
+
+# The cpu answers of torch.cuda, by the names the rows of npu_migrate.cuda_api give them (a row's
+# ``cpu`` column); which API gets which answer, and its kind, is the row's. Streams and events:
+# npu_migrate.migrate.patches.streams.CPU.
+CPU: dict[str, Implementation] = {
+    "true": (answer(lambda: True), ""),
+    "false": (answer(lambda: False), ""),
+    "zero": (answer(lambda: 0), ""),
+    "whole": (answer(lambda: 1.0), ""),
+    "nothing": (answer(lambda: None), ""),
+    "empty_str": (answer(lambda: ""), ""),
+    "empty_list": (answer(lambda: []), ""),
+    "empty_dict": (answer(lambda: {}), ""),
+    "count": (answer(lambda: STATE.count), ""),
+    "current": (answer(lambda: STATE.current), ""),
+    "set_device": (set_device, ""),
+    "name": (name, ""),
+    "properties": (properties, CAPABILITY_NOTE),
+    "capability": (capability, CAPABILITY_NOTE),
+    "host_memory": (answer(host_memory), "host memory"),
+    "initial_seed": (answer(lambda: torch.initial_seed()), "torch.initial_seed()"),
+    "empty_state": (answer(lambda: torch.ByteTensor()), "empty state"),
+    "empty_states": (answer(lambda: [torch.ByteTensor() for _ in range(STATE.count)]), "empty states"),
+    "device": (SimDevice, ""),
+    "device_of": (device_of, ""),
 }

@@ -20,7 +20,7 @@ def test_every_api_torch_reports_is_classified() -> None:
                if cuda_api.classify_torch(name, p.type) is None]
     missing += [n for n in cuda_api.tensor_cuda_apis() if cuda_api.classify_torch(n) is None]
     missing += [n for n in cuda_api.public_names() if cuda_api.classify(n) is None]
-    assert not missing, f"APIs without a row in npu_migrate/cuda_api.py: {missing}"
+    assert not missing, f"APIs without a row in npu_migrate/cuda_api/: {missing}"
     assert {"torch.Tensor.cuda", "torch.Tensor.is_cuda", "torch.Tensor.record_stream"} <= set(cuda_api.tensor_cuda_apis())
 
 

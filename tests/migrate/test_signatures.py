@@ -66,7 +66,7 @@ def test_stand_ins_take_every_spelling_torch_takes() -> None:
 def test_a_stand_in_with_another_signature_fails_the_check(monkeypatch: pytest.MonkeyPatch) -> None:
     import contextlib
 
-    monkeypatch.setitem(cuda_namespace.CUDA_TABLE, "stream", ("redirected", lambda s=None: contextlib.nullcontext(s), ""))
+    monkeypatch.setitem(cuda_namespace.CPU, "stream", (lambda s=None: contextlib.nullcontext(s), ""))
     with migrate.enabled(device="cpu", device_count=2):
         found = signatures.installed_mismatches()
     assert [line for line in found if line.startswith("torch.cuda.stream:")] == [

@@ -17,7 +17,7 @@ def test_every_public_torch_cuda_name_is_classified() -> None:
     names = public_names()
     assert "torch.cuda.is_available" in names and "torch.cuda.amp.autocast" in names
     missing = [n for n in names if classify(n) is None]
-    assert not missing, f"torch.cuda names without a row in npu_migrate/cuda_api.py: {missing}"
+    assert not missing, f"torch.cuda names without a row in npu_migrate/cuda_api/: {missing}"
 
 
 def test_every_mapped_row_names_a_port_target() -> None:
@@ -37,10 +37,25 @@ def test_every_mapped_row_names_a_port_target() -> None:
     ("torch.cuda.FloatTensor", "unsupported", None),
     ("torch.cuda.OutOfMemoryError", "ignored", None),
     ("torch.cuda.nvtx.range_push", "noop", None),
+    # Queries whose answer off CUDA is known: runtime migration answers them, the port reports them as no-ops.
+    ("torch.cuda.is_tf32_supported", "noop", None),
+    ("torch.cuda.get_arch_list", "noop", None),
+    ("torch.cuda.memory_summary", "noop", None),
+    ("torch.cuda.is_current_stream_capturing", "noop", None),
 ])
 def test_classify(name: str, kind: str, op: str | None) -> None:
     api = classify(name)
     assert api is not None and (api.kind, api.op) == (kind, op)
+
+
+def test_a_row_says_what_runtime_migration_does_with_the_name() -> None:
+    synchronize = classify("torch.cuda.synchronize")
+    assert (synchronize.kind, synchronize.cpu, synchronize.runtime_kind) == ("mapped", "nothing", "noop")
+    assert synchronize.why  # a runtime kind other than the port kind's says why
+    legacy = classify("torch.cuda.HalfTensor")
+    assert (legacy.kind, legacy.runtime, legacy.runtime_kind) == ("unsupported", "legacy_type", "redirected")
+    graph = classify("torch.cuda.CUDAGraph")
+    assert (graph.cpu, graph.runtime_kind) == ("", "unmapped") and graph.note.startswith("CUDA graphs")
 
 
 def test_unknown_names_are_not_classified() -> None:

@@ -62,36 +62,39 @@ class DeviceIndex(sim.SimDevice):
         super().__init__(device)
 
 
+# The cpu answers torch.cuda's rows name (npu_migrate.cuda_api), shared where torch.accelerator asks the same.
+_CPU = {name: impl for name, (impl, _note) in {**sim.CPU, **streams.CPU}.items()}
+
 # What each public callable of torch.accelerator does on the CPU target, as (kind, implementation,
 # note): a function with torch's signature, or an answer() that ignores its arguments and takes
 # torch's (npu_migrate.migrate.signatures). A name missing here raises MigrationError in user code,
 # and tests/migrate/test_accelerator.py fails when torch adds one.
 ACCELERATOR_TABLE: dict[str, tuple[str, Any, str]] = {
-    "is_available": ("redirected", answer(lambda: True), ""),
-    "device_count": ("redirected", answer(lambda: STATE.count), "the simulated devices"),
+    "is_available": ("redirected", _CPU["true"], ""),
+    "device_count": ("redirected", _CPU["count"], "the simulated devices"),
     "current_accelerator": ("redirected", answer(lambda: torch.device("cuda")), "the simulated cuda"),
-    "current_device_index": ("redirected", answer(lambda: STATE.current), ""),
-    "current_device_idx": ("redirected", answer(lambda: STATE.current), ""),
+    "current_device_index": ("redirected", _CPU["current"], ""),
+    "current_device_idx": ("redirected", _CPU["current"], ""),
     "set_device_index": ("redirected", set_device_index, ""),
     "set_device_idx": ("redirected", set_device_index, ""),
     "device_index": ("redirected", DeviceIndex, ""),
-    "synchronize": ("noop", answer(lambda: None), "cpu work is synchronous"),
-    "current_stream": ("redirected", answer(lambda: streams.HOST_STREAM), "host stream"),
-    "set_stream": ("noop", answer(lambda: None), "one host stream on cpu"),
+    "synchronize": ("noop", _CPU["nothing"], "cpu work is synchronous"),
+    "current_stream": ("redirected", _CPU["host_stream"], "host stream"),
+    "set_stream": ("noop", _CPU["nothing"], "one host stream on cpu"),
     "get_device_capability": ("redirected", answer(lambda: {"supported_dtypes": _dtypes()}), "every dtype torch has"),
-    "empty_cache": ("noop", answer(lambda: None), "no device cache on cpu"),
-    "empty_host_cache": ("noop", answer(lambda: None), "no host cache to empty"),
-    "memory_allocated": ("noop", answer(lambda: 0), "0 on cpu"),
-    "max_memory_allocated": ("noop", answer(lambda: 0), "0 on cpu"),
-    "memory_reserved": ("noop", answer(lambda: 0), "0 on cpu"),
-    "max_memory_reserved": ("noop", answer(lambda: 0), "0 on cpu"),
-    "reset_peak_memory_stats": ("noop", answer(lambda: None), ""),
-    "reset_accumulated_memory_stats": ("noop", answer(lambda: None), ""),
+    "empty_cache": ("noop", _CPU["nothing"], "no device cache on cpu"),
+    "empty_host_cache": ("noop", _CPU["nothing"], "no host cache to empty"),
+    "memory_allocated": ("noop", _CPU["zero"], "0 on cpu"),
+    "max_memory_allocated": ("noop", _CPU["zero"], "0 on cpu"),
+    "memory_reserved": ("noop", _CPU["zero"], "0 on cpu"),
+    "max_memory_reserved": ("noop", _CPU["zero"], "0 on cpu"),
+    "reset_peak_memory_stats": ("noop", _CPU["nothing"], ""),
+    "reset_accumulated_memory_stats": ("noop", _CPU["nothing"], ""),
     "memory_stats": ("noop", answer(collections.OrderedDict), "{} on cpu"),
-    "get_memory_info": ("redirected", answer(sim.host_memory), "host memory"),
-    "get_rng_state": ("noop", answer(lambda: torch.ByteTensor()), "empty state: no accelerator generator"),
-    "get_rng_state_all": ("noop", answer(lambda: [torch.ByteTensor() for _ in range(STATE.count)]), "empty states"),
-    "initial_seed": ("redirected", answer(torch.initial_seed), "torch.initial_seed()"),
+    "get_memory_info": ("redirected", _CPU["host_memory"], "host memory"),
+    "get_rng_state": ("noop", _CPU["empty_state"], "empty state: no accelerator generator"),
+    "get_rng_state_all": ("noop", _CPU["empty_states"], "empty states"),
+    "initial_seed": ("redirected", _CPU["initial_seed"], "torch.initial_seed()"),
 }
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -28,30 +28,21 @@ from npu_migrate.migrate.mapping import target_device
 from npu_migrate.migrate.patches import data_amp, streams
 from npu_migrate.migrate.signatures import answer, shaped
 from npu_migrate.migrate.state import STATE, patch
+from npu_migrate.registry import DeviceSpec
 
-# What to do instead, for the CUDA features that cannot be migrated.
-ADVICE = {
-    "CUDAGraph": "CUDA graphs are an optimization: run without capture, or guard it with a device-type check",
-    "graph": "CUDA graphs are an optimization: run without capture, or guard it with a device-type check",
-    "make_graphed_callables": "CUDA graphs are an optimization: call the module directly",
-    "graph_pool_handle": "CUDA graphs are an optimization: run without capture",
-    "ExternalStream": "streams from other CUDA libraries do not exist on the target",
-    "jiterator": "jiterator compiles CUDA kernels: write the function with torch operators",
-    "nccl": "use torch.distributed collectives, which migrate to hccl or gloo",
-    "cudart": "call the CUDA runtime only on CUDA machines",
-}
-CUDA_TABLE = {**sim.CUDA_TABLE, **streams.CUDA_TABLE}
-CUDA_CLASSES = {**sim.CUDA_CLASSES, **streams.CUDA_CLASSES}
+GENERIC_ADVICE = ("remove the call, guard it so it runs only on CUDA, or port the script with `npu-migrate port`, "
+                  "which reports it")
+"""What an unmapped name without a row (a torch release newer than the table) says to do."""
+
+CPU = {**sim.CPU, **streams.CPU}
+"""Runtime migration's answers on the cpu target, by the names the rows' ``cpu`` column uses."""
 
 
-def unmapped(name: str) -> Any:
-    """A stand-in for ``torch.cuda.<name>`` that raises MigrationError with advice."""
+def unmapped(name: str, row: Optional[cuda_api.CudaApi] = None) -> Any:
+    """A stand-in for ``torch.cuda.<name>`` that raises MigrationError with the row's advice."""
     spec = STATE.target
     where = spec.name if spec is not None else "the target"
-    row = cuda_api.classify(f"torch.cuda.{name}")
-    advice = ADVICE.get(name) or (row.note if row is not None and row.kind == "unsupported" and row.note else
-                                  "remove the call, guard it so it runs only on CUDA, or port the script "
-                                  "with `npu-migrate port`, which reports it")
+    advice = row.note if row is not None and row.kind == "unsupported" and row.note else GENERIC_ADVICE
 
     def fail() -> Any:
         raise MigrationError(f"torch.cuda.{name} has no {where} equivalent under runtime migration: {advice}.")
@@ -67,21 +58,18 @@ def _legacy_type(cpu_type: Any) -> Callable[..., Any]:
 
 
 def public_callables() -> list[tuple[str, Any]]:
-    """The ``torch.cuda`` names :func:`install` patches, with their objects: public callables that
-    are not modules, typing helpers or exception classes (those work unchanged on every family)."""
-    cuda = torch.cuda
+    """The ``torch.cuda`` names :func:`install` patches, with their objects: the public names of
+    :func:`npu_migrate.cuda_api.public_names` that are callable and not ``ignored`` by their row
+    (exception classes, typing helpers: those work unchanged on every family)."""
     out = []
-    for name in dir(cuda):
-        if name.startswith("_"):
+    for qualname in cuda_api.public_names():
+        module, _, name = qualname.rpartition(".")
+        if module != "torch.cuda":
             continue
-        value = getattr(cuda, name)
-        if inspect.ismodule(value) or not callable(value):
-            continue
-        if getattr(value, "__module__", "") in ("typing", "functools", "builtins") or name in ("Optional", "Any", "Callable", "NewType", "classproperty", "lru_cache", "cast"):
-            continue
-        if inspect.isclass(value) and issubclass(value, BaseException):
-            continue  # exception classes: catching them works on every family
-        out.append((name, value))
+        value = getattr(torch.cuda, name)
+        row = cuda_api.classify(qualname)
+        if callable(value) and not (row is not None and row.kind == "ignored"):
+            out.append((name, value))
     return out
 
 
@@ -93,27 +81,41 @@ def redirected_to_device_module() -> list[str]:
                     and row.runtime == "legacy_type" and hasattr(torch, name))]
 
 
+def plan(name: str, row: Optional[cuda_api.CudaApi], spec: DeviceSpec) -> tuple[str, Any, str]:
+    """What :func:`install` does with ``torch.cuda.<name>`` on ``spec``: (kind, implementation, report note).
+
+    The implementation is ``None`` where the name is unmapped (:func:`unmapped` raises with advice).
+    All of it is read from the name's row: the legacy types are built on the CPU type on every
+    target; an accelerator answers with its device module's function of the same name, or, for a
+    no-op row, the row's own answer; the cpu target with the row's ``cpu`` answer, of the row's
+    :attr:`~npu_migrate.cuda_api.CudaApi.runtime_kind`.
+    """
+    if row is not None and row.runtime == "legacy_type" and hasattr(torch, name):
+        # torch.cuda.FloatTensor(2): the CPU type's tensor, moved to the target.
+        return "redirected", _legacy_type(getattr(torch, name)), f"torch.{name}(...) on the target"
+    if spec.is_accelerator:
+        found = getattr(getattr(torch, spec.name, None), name, None)
+        if found is not None:
+            return "redirected", found, f"torch.{spec.name}.{name}"
+        if row is not None and row.kind == "noop" and row.cpu:
+            # Harmless off CUDA by its row, and the device module lacks it: the row's answer.
+            return "noop", CPU[row.cpu][0], row.note
+        return "unmapped", None, ""
+    if row is None or not row.cpu or row.runtime_kind in (None, "unmapped"):
+        return "unmapped", None, ""
+    impl, note = CPU[row.cpu]
+    return row.runtime_kind, impl, row.cpu_note or note
+
+
 def install() -> None:
     """Patch every public callable of ``torch.cuda`` and ``torch.cuda.amp``'s autocast, GradScaler, custom_fwd/bwd."""
     spec = STATE.require_target("cuda_namespace.install()")
     cuda = torch.cuda
-    npu = getattr(torch, spec.name, None) if spec.is_accelerator else None
     for name, value in public_callables():
         row = cuda_api.classify(f"torch.cuda.{name}")
-        if row is not None and row.runtime == "legacy_type" and hasattr(torch, name):
-            # torch.cuda.FloatTensor(2): the CPU type's tensor, moved to the target.
-            impl, kind, note = _legacy_type(getattr(torch, name)), "redirected", f"torch.{name}(...) on the target"
-        elif npu is not None:
-            impl = getattr(npu, name, None)
-            kind, note = ("redirected", f"torch.{spec.name}.{name}") if impl is not None else ("unmapped", "")
-        elif name in CUDA_TABLE:
-            kind, impl, note = CUDA_TABLE[name]
-        elif name in CUDA_CLASSES:
-            kind, impl, note = CUDA_CLASSES[name]
-        else:
-            kind, impl, note = "unmapped", None, ""
+        kind, impl, note = plan(name, row, spec)
         if impl is None:
-            impl = unmapped(name)
+            impl = unmapped(name, row)
         api = f"torch.cuda.{name}"
         impl = shaped(value, impl)
         stand_in = (switch_class if inspect.isclass(value) else caller_aware)(value, impl, api, kind, note)
@@ -125,19 +127,31 @@ def install() -> None:
             if inspect.ismodule(module) and getattr(module, name, None) is value and not (
                     inspect.isclass(value) and value.__module__ == module.__name__):
                 patch(module, name, stand_in)
-    # torch.cuda.amp: autocast and GradScaler land on the target's AMP.
+    # torch.cuda.amp: the rows sent to the target's AMP (runtime "amp"), on every target.
     amp = cuda.amp
-    for name, impl in (("autocast", data_amp.autocast), ("GradScaler", data_amp.cuda_grad_scaler)):
-        original = getattr(amp, name)
-        patch(amp, name, switch_class(original, impl, f"torch.cuda.amp.{name}", "redirected"))
-    for name in ("custom_fwd", "custom_bwd"):
-        if hasattr(amp, name) and hasattr(torch.amp, name):
-            generic = getattr(torch.amp, name)
+    for row in cuda_api.CUDA_API.values():
+        name = row.name.partition(".")[2]
+        if row.runtime != "amp" or not hasattr(amp, name):
+            continue
+        if name in AMP_CLASSES:
+            original = getattr(amp, name)
+            patch(amp, name, switch_class(original, AMP_CLASSES[name], f"torch.cuda.{row.name}",
+                                          row.runtime_kind or "redirected"))
+        elif hasattr(torch.amp, name):
+            patch(amp, name, _amp_decorator(getattr(torch.amp, name), spec.name, with_cast=name == "custom_fwd"))
 
-            def decorator(fwd: Any = None, *, cast_inputs: Any = None, _g: Any = generic, _n: str = name) -> Any:
-                kwargs = {"device_type": spec.name}
-                if _n == "custom_fwd":
-                    kwargs["cast_inputs"] = cast_inputs
-                return _g(fwd, **kwargs) if fwd is not None else functools.partial(_g, **kwargs)
 
-            patch(amp, name, decorator)
+AMP_CLASSES: dict[str, Callable[..., Any]] = {"autocast": data_amp.autocast, "GradScaler": data_amp.cuda_grad_scaler}
+"""What the ``amp`` rows' classes become on every target; their decorators (custom_fwd, custom_bwd)
+become torch.amp's with the target's ``device_type``."""
+
+
+def _amp_decorator(generic: Callable[..., Any], device_type: str, with_cast: bool) -> Callable[..., Any]:
+    """``torch.cuda.amp.custom_fwd``/``custom_bwd`` as torch.amp's decorator for ``device_type``."""
+    def decorator(fwd: Any = None, *, cast_inputs: Any = None) -> Any:
+        kwargs = {"device_type": device_type}
+        if with_cast:
+            kwargs["cast_inputs"] = cast_inputs
+        return generic(fwd, **kwargs) if fwd is not None else functools.partial(generic, **kwargs)
+
+    return decorator

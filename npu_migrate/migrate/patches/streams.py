@@ -4,12 +4,12 @@ Usage::
 
     from npu_migrate.migrate.patches import streams
 
-    streams.CUDA_CLASSES["Event"]    # ("redirected", HostEvent, "host event: measures time")
+    streams.CPU["event"]             # (HostEvent, "host event: measures time"): torch.cuda.Event on cpu
     streams.install_nvtx()           # torch.cuda.nvtx.*: torch.npu.mstx markers on npu, else no-ops
 
-:mod:`.cuda_namespace` patches the names in :data:`CUDA_TABLE` and :data:`CUDA_CLASSES` with the
-rest of ``torch.cuda``; on npu it uses ``torch.npu``'s function of the same name instead. The
-stand-ins keep what the CUDA classes offer (``Event(enable_timing=True).enable_timing``,
+:mod:`.cuda_namespace` patches the rows of :mod:`npu_migrate.cuda_api` whose ``cpu`` names an
+answer of :data:`CPU` with the rest of ``torch.cuda``; on npu it uses ``torch.npu``'s function of
+the same name instead. The stand-ins keep what the CUDA classes offer (``Event(enable_timing=True).enable_timing``,
 ``Stream.priority``, ``query()``, ``wait_event``...), and a user's subclass of ``torch.cuda.Event``
 or ``Stream`` constructs that subclass (:class:`npu_migrate.migrate.callers.SwitchMeta`).
 """
@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from npu_migrate import cuda_api
 from npu_migrate import device as _device
 from npu_migrate.migrate.callers import caller_aware
 from npu_migrate.migrate.signatures import answer
@@ -42,25 +43,20 @@ def stream_context(stream: Any) -> Any:
     return contextlib.nullcontext(stream)
 
 
-# Functions of torch.cuda on the CPU target, as (kind, CPU implementation, note); an answer()
-# ignores its arguments and takes torch's (npu_migrate.migrate.signatures).
-CUDA_TABLE: dict[str, tuple[str, Any, str]] = {
-    "current_stream": ("redirected", answer(lambda: HOST_STREAM), "host stream"),
-    "default_stream": ("redirected", answer(lambda: HOST_STREAM), "host stream"),
-    "set_stream": ("noop", answer(lambda: None), ""),
-    "stream": ("redirected", stream, ""),
-    "is_current_stream_capturing": ("noop", answer(lambda: False), ""),
-}
-# Classes of torch.cuda on the CPU target, as (kind, CPU implementation, note).
-CUDA_CLASSES: dict[str, tuple[str, Callable[..., Any], str]] = {
-    "Event": ("redirected", _device.HostEvent, "host event: measures time"),
-    "Stream": ("redirected", _device.HostStream, "host stream"),
-    "StreamContext": ("redirected", stream_context, ""),
+# The cpu answers of torch.cuda's streams and events, by the names their rows in
+# npu_migrate.cuda_api give them (``cpu``), as (implementation, report note).
+CPU: dict[str, tuple[Callable[..., Any], str]] = {
+    "host_stream": (answer(lambda: HOST_STREAM), "host stream"),
+    "stream": (stream, ""),
+    "stream_context": (stream_context, ""),
+    "event": (_device.HostEvent, "host event: measures time"),
+    "stream_class": (_device.HostStream, "host stream"),
 }
 # torch.cuda.nvtx ranges annotate profiles. On npu they become torch.npu.mstx markers (the Ascend
 # profiler's, torch_npu.npu.mstx) where torch_npu has them; elsewhere, no-ops that take the same
 # arguments and return what CUDA's do (a nesting depth, a range id).
-NVTX = ("range_push", "range_pop", "range_start", "range_end", "mark", "range")
+# Which names: the nvtx rows of npu_migrate.cuda_api.
+NVTX = tuple(name.partition(".")[2] for name in cuda_api.CUDA_API if name.startswith("nvtx."))
 
 
 class _Ranges(threading.local):
