@@ -107,6 +107,7 @@ NO_TORCH = ("npu_migrate/port/", "npu_migrate/cuda_api.py", "npu_migrate/compare
 NO_TORCH_EXCEPT = {
     # compare/'s recorder runs in the ranks, torch at import; its readers never import torch
     "npu_migrate/compare/probe.py": "the recorder",
+    "npu_migrate/compare/module_hooks.py": "the recorder's per-module hooks",
     "npu_migrate/compare/stats.py": "the recorder's statistics, on the device",
     "npu_migrate/compare/writer.py:create": "the recorder's device fence (torch.cuda.Event, torch.npu.Event)",
     "npu_migrate/cuda_api.py:public_names": "reads torch.cuda's names for the tests",
