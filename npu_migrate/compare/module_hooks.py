@@ -156,7 +156,6 @@ class ModuleHooks:
         self._stack.append((module, name, call, inputs))
         return None
 
-
     def _forward_post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         if not torch.is_grad_enabled() or not self._stack:
             return None

@@ -69,6 +69,8 @@ def _patched_backward(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
 class Probe(ModuleHooks):
     """Records this process's training to ``DIR/rank{R}.jsonl`` while started.
 
+    Its per-module hooks (``level="modules"``) are :class:`~npu_migrate.compare.module_hooks.ModuleHooks`'s.
+
     Args:
         directory: a directory, or complete :class:`ProbeSettings`.
         level: ``steps`` or ``modules``.
