@@ -102,9 +102,9 @@ TORCH_FREE_AT_IMPORT = (
     "npu_migrate/launch/supervisor.py", "npu_migrate/launch/rendezvous.py", "npu_migrate/launch/stores.py",
 )
 # The torch-free tools: no torch anywhere, except the functions named (which the tests call).
-NO_TORCH = ("npu_migrate/port/", "npu_migrate/cuda_api.py", "npu_migrate/compare/", "npu_migrate/data/storage.py",
-            "npu_migrate/data/keys.py", "npu_migrate/data/verify.py")
+NO_TORCH = ("npu_migrate/port/", "npu_migrate/cuda_api.py", "npu_migrate/compare/", "npu_migrate/data/")
 NO_TORCH_EXCEPT = {
+    "npu_migrate/data/cache.py": "the node's download collective (torch.distributed inside functions)",
     # compare/'s recorder runs in the ranks, torch at import; its readers never import torch
     "npu_migrate/compare/probe.py": "the recorder",
     "npu_migrate/compare/module_hooks.py": "the recorder's per-module hooks",
@@ -256,8 +256,9 @@ def test_every_module_has_a_docstring() -> None:
 
 def test_no_import_cycles_at_module_level() -> None:
     edges = {(i.importer, i.imported) for i in imports() if not i.lazy and not i.type_only}
-    assert _cycles(edges) == [], "module-level import cycles (move an import into the function that needs it, " \
-                                 "or the shared name into a lower module)"
+    cycles = _cycles(edges)
+    assert not cycles, f"module-level import cycles: {cycles}; move an import into the function that needs it, " \
+                       "or the shared name into a lower module"
 
 
 # Cycles closed only by imports inside functions: safe at import time, listed so a new one is noticed.
@@ -269,7 +270,12 @@ KNOWN_LAZY_CYCLES: dict[tuple[str, ...], str] = {
 
 def test_lazy_import_cycles_are_known() -> None:
     edges = {(i.importer, i.imported) for i in imports() if not i.type_only}
-    assert [tuple(c) for c in _cycles(edges)] == sorted(KNOWN_LAZY_CYCLES)
+    cycles = [tuple(c) for c in _cycles(edges)]
+    new = [c for c in cycles if c not in KNOWN_LAZY_CYCLES]
+    assert not new, f"import cycles closed inside functions: {new}; break them, or list them in KNOWN_LAZY_CYCLES " \
+                    "with the reason"
+    gone = [c for c in KNOWN_LAZY_CYCLES if c not in cycles]
+    assert not gone, f"KNOWN_LAZY_CYCLES entries that are no cycle any more (remove them): {gone}"
 
 
 def test_every_unit_has_a_floor() -> None:
@@ -311,7 +317,7 @@ def test_torch_free_floors_import_no_torch_at_module_level() -> None:
     bad = []
     for name in modules():
         path = _relative(name)
-        if _matches(path, TORCH_FREE_AT_IMPORT + NO_TORCH) and path not in NO_TORCH_EXCEPT:
+        if _matches(path, TORCH_FREE_AT_IMPORT) or (_matches(path, NO_TORCH) and path not in NO_TORCH_EXCEPT):
             bad += [f"{path}:{i.line}" for i in _torch_imports(name) if not i.lazy]
     assert not bad, f"torch imported at module level below its floor (docs/architecture.md, Import floors): {bad}"
 
