@@ -42,67 +42,21 @@ import sys
 import threading
 import time
 import weakref
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
 from npu_migrate import fileio, redact
 from npu_migrate.compare import records
+from npu_migrate.compare.module_hooks import ModuleHooks, wrapper_types
 from npu_migrate.compare.settings import ProbeError, ProbeSettings, StepRange, parse_ranks
-from npu_migrate.compare.stats import ModuleStats, fenced, step_records, tensor_stats
+from npu_migrate.compare.stats import autocast_dtype, dtype_name, fenced, step_records
 from npu_migrate.compare.writer import DeviceFence, RecordWriter
 
 logger = logging.getLogger(__name__)
 
 _ACTIVE: Probe | None = None
 _ORIGINAL_BACKWARD = None
-_MAX_NEST = 3  # how deep inputs/outputs made of tuples, lists and dicts are searched for tensors
-
-
-def _wrappers() -> tuple[type, ...]:
-    """Module classes that only wrap ``.module`` and are not recorded themselves (DDP, DataParallel)."""
-    return (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
-
-
-@functools.lru_cache(maxsize=None)
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).replace("torch.", "")
-
-
-def _tensors(value: Any, prefix: str, depth: int = 0) -> Iterator[tuple[str, torch.Tensor]]:
-    """``(slot, tensor)`` for every strided tensor in ``value`` (tuples, lists, dicts, nested)."""
-    if isinstance(value, torch.Tensor):
-        if value.layout == torch.strided:
-            yield prefix, value
-    elif depth < _MAX_NEST and isinstance(value, (tuple, list)):
-        for i, item in enumerate(value):
-            yield from _tensors(item, f"{prefix}.{i}", depth + 1)
-    elif depth < _MAX_NEST and isinstance(value, dict):
-        for key, item in value.items():
-            yield from _tensors(item, f"{prefix}.{key}", depth + 1)
-
-
-def _autocast_dtype(device_type: str) -> str | None:
-    """The autocast dtype active now on ``device_type`` or the CPU, else ``None``."""
-    for dev in dict.fromkeys((device_type, "cpu")):
-        try:  # torch >= 2.4: one API for every device type
-            if torch.is_autocast_enabled(dev):
-                return _dtype_name(torch.get_autocast_dtype(dev))
-            continue
-        except (TypeError, AttributeError, RuntimeError):
-            pass
-        if dev == "cpu" and torch.is_autocast_cpu_enabled():
-            return _dtype_name(torch.get_autocast_cpu_dtype())
-        if dev == "cuda" and torch.is_autocast_enabled():
-            return _dtype_name(torch.get_autocast_gpu_dtype())
-        module = getattr(torch, dev, None)  # torch_npu on torch < 2.4: torch.npu.is_autocast_enabled()
-        if dev not in ("cpu", "cuda") and hasattr(module, "is_autocast_enabled"):
-            try:
-                if module.is_autocast_enabled():
-                    return _dtype_name(module.get_autocast_dtype())
-            except Exception:  # noqa: BLE001 - an extension without the query records no autocast
-                pass
-    return None
 
 
 def _patched_backward(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
@@ -112,8 +66,10 @@ def _patched_backward(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
     return _ORIGINAL_BACKWARD(tensor, *args, **kwargs)  # type: ignore[misc]
 
 
-class Probe:
+class Probe(ModuleHooks):
     """Records this process's training to ``DIR/rank{R}.jsonl`` while started.
+
+    Its per-module hooks (``level="modules"``) are :class:`~npu_migrate.compare.module_hooks.ModuleHooks`'s.
 
     Args:
         directory: a directory, or complete :class:`ProbeSettings`.
@@ -164,6 +120,10 @@ class Probe:
         self._reset_step()
 
     # ------------------------------------------------------------------ lifecycle
+
+    def _live(self) -> bool:
+        """This probe is the one recording (hooks of a stopped probe may still fire)."""
+        return _ACTIVE is self
 
     def start(self) -> Probe:
         """Install the hooks (once per process).
@@ -288,7 +248,7 @@ class Probe:
             "local_rank": int(os.environ.get("LOCAL_RANK", "0")), "node_rank": int(os.environ.get("NODE_RANK", "0")),
             "host": socket.gethostname(), "pid": self._pid, "time": time.time(),
             "device": self._device_type, "device_name": device_name,
-            "default_dtype": _dtype_name(torch.get_default_dtype()), "seed": torch.initial_seed(),
+            "default_dtype": dtype_name(torch.get_default_dtype()), "seed": torch.initial_seed(),
             "deterministic": torch.are_deterministic_algorithms_enabled(),
             "versions": {"python": sys.version.split()[0], "torch": torch.__version__,
                          "torch_npu": getattr(torch_npu, "__version__", None), "npu_migrate": __version__},
@@ -314,32 +274,6 @@ class Probe:
             return nm_device.device_type(), nm_device.device_name()
         except Exception:  # noqa: BLE001 - the header says what it can
             return ("cuda" if torch.cuda.is_available() else "cpu"), None
-
-    # ------------------------------------------------------------------ selection
-
-    def _rank_selected(self) -> bool:
-        return self.settings.ranks is None or self._rank in self.settings.ranks
-
-    def _selected(self, name: str) -> bool:
-        chosen = self._selected_names.get(name)
-        if chosen is None:
-            chosen = self._pattern is None or bool(self._pattern.search(name))
-            self._selected_names[name] = chosen
-        return chosen and (self._step + 1) in self.settings.steps and self._rank_selected()
-
-    def _unmatched(self) -> list[str]:
-        if not self._modules_level or self._module_records:
-            return []
-        if not self._rank_selected():
-            return [f"--probe-ranks {','.join(map(str, self.settings.ranks or ()))} does not include rank "
-                    f"{self._rank} of {self._world_size}"]
-        names = sorted(self._selected_names)
-        if self._pattern is not None and names and not any(self._selected_names.values()):
-            shown = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
-            return [f"--probe-modules {self.settings.modules!r} matched none of the {len(names)} modules ({shown})"]
-        if names and self._step:
-            return [f"--probe-steps {self.settings.steps} matched none of the {self._step} optimizer step(s) run"]
-        return ["no module ran forward with gradients enabled"]
 
     # ------------------------------------------------------------------ per step
 
@@ -396,47 +330,6 @@ class Probe:
                       "at exit", file=sys.stderr, flush=True)
             self._reset_step()
 
-    def _take_modules(self, step: int) -> ModuleStats | None:
-        """This step's module statistics, stacked on their devices (one tensor per device and dtype)."""
-        if not self._entries:
-            return None
-        entries, stats = tuple(self._entries), self._stats
-        self._entries, self._stats = [], []
-        groups: dict[tuple[Any, Any], list[int]] = {}
-        for i, s in enumerate(stats):
-            groups.setdefault((s.device, s.dtype), []).append(i)
-        layout_id = self._layouts.get(entries)
-        layout = None
-        if layout_id is None:
-            layout_id = self._layouts[entries] = len(self._layouts)
-            layout = records.layout_line(layout_id, entries)
-        self._module_records += len(entries)
-        return ModuleStats(step, layout_id, layout, len(stats),
-                           [(idx, torch.stack([stats[i] for i in idx])) for idx in groups.values()])
-
-    # ------------------------------------------------------------------ per module
-
-    def _name_tree(self, root: torch.nn.Module) -> None:
-        inner = root.module if isinstance(root, _wrappers()) else root
-        if inner is not root:
-            self._names[root] = ""
-        base = type(inner).__name__
-        for name, module in inner.named_modules():
-            if module not in self._names:
-                self._names[module] = name or base
-
-    def _name(self, module: torch.nn.Module) -> str:
-        name = self._names.get(module)
-        if name is None:
-            root = self._stack[0][0] if self._stack else module
-            self._name_tree(root)
-            name = self._names.get(module)
-            if name is None:  # created during forward, or called by a module it does not belong to
-                parent = self._stack[-1][1] if self._stack else ""
-                name = f"{parent}.{type(module).__name__}" if parent else type(module).__name__
-                self._names[module] = name
-        return name
-
     def _forward_pre(self, module: torch.nn.Module, args: Any) -> None:
         if not torch.is_grad_enabled():
             return None  # evaluation and no_grad forwards are not part of a training step
@@ -445,93 +338,17 @@ class Probe:
         if self.settings.no_dropout and isinstance(module, torch.nn.modules.dropout._DropoutNd) and module.p:
             module.p = 0.0
         if self._autocast is None:
-            self._autocast = _autocast_dtype(self._device_type)
+            self._autocast = autocast_dtype(self._device_type)
         if not self._modules_level:
             return None
         if not self._open():
             return None
-        name = self._name(module)
-        if not name or not self._selected(name):
-            self._stack.append((module, name, -1, None))
-            return None
-        call = self._calls.get(name, 0)
-        self._calls[name] = call + 1
-        inputs = [(slot, t, self._stats_of(t)) for slot, t in _tensors(tuple(args), "input")]
-        self._stack.append((module, name, call, inputs))
-        return None
-
-    def _forward_post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
-        if not torch.is_grad_enabled() or not self._stack:
-            return None
-        while self._stack:  # frames of forwards that raised are dropped
-            frame = self._stack.pop()
-            if frame[0] is module:
-                break
-        else:
-            return None
-        _, name, call, inputs = frame
-        if inputs is None:
-            return None
-        for slot, t, stats in inputs:
-            self._add(name, call, "forward", slot, t.dtype, tuple(t.shape), stats)
-        for slot, t in _tensors(output, "output"):
-            self._add(name, call, "forward", slot, t.dtype, tuple(t.shape), self._stats_of(t))
-            if t.requires_grad:
-                t.register_hook(functools.partial(self._grad_hook, name, call, "grad_" + slot, self._step))
-        for slot, t, _ in inputs:
-            if t.requires_grad:
-                t.register_hook(functools.partial(self._grad_hook, name, call, "grad_" + slot, self._step))
-        for pname, param in module._parameters.items():  # named_parameters(recurse=False) without its generator
-            if param is None:
-                continue
-            known = self._hooked_params.get(id(param))
-            if param.requires_grad and (known is None or known() is not param):
-                self._hooked_params[id(param)] = weakref.ref(param)
-                self._param_handles.append(param.register_hook(
-                    functools.partial(self._param_hook, weakref.ref(module), "grad." + pname)))
-        return None
-
-    def _stats_of(self, tensor: torch.Tensor) -> torch.Tensor:
-        """:func:`tensor_stats`, reused when the same tensor, unchanged, was just summarised.
-
-        One module's output is often the next one's input, and the two gradient hooks on it get
-        the same gradient. Only the latest tensor is remembered (until the next one, or the step's
-        end), so at most one tensor outlives its use a little.
-        """
-        if tensor.is_inference():  # made under torch.inference_mode: no version counter to trust
-            return tensor_stats(tensor)
-        last = self._last
-        version = tensor._version
-        if last is not None and last[0] is tensor and last[1] == version:
-            return last[2]
-        stats = tensor_stats(tensor)
-        self._last = (tensor, version, stats)
-        return stats
-
-    def _add(self, name: str, call: int, phase: str, slot: str, dtype: torch.dtype, shape: tuple[int, ...],
-             stats: torch.Tensor) -> None:
-        self._entries.append((name, call, phase, slot, _dtype_name(dtype), shape))
-        self._stats.append(stats)
-
-    def _grad_hook(self, name: str, call: int, slot: str, step: int, grad: torch.Tensor) -> None:
-        if _ACTIVE is self and step == self._step and grad is not None:
-            self._add(name, call, "backward", slot, grad.dtype, tuple(grad.shape), self._stats_of(grad))
-
-    def _param_hook(self, module_ref: Any, slot: str, grad: torch.Tensor) -> None:
-        module = module_ref()
-        if _ACTIVE is not self or module is None or grad is None:
-            return
-        name = self._names.get(module)
-        if not name or not self._selected(name) or not self._open():
-            return
-        count = self._grad_calls.get((name, slot), 0)
-        self._grad_calls[(name, slot)] = count + 1
-        self._add(name, count, "backward", slot, grad.dtype, tuple(grad.shape), tensor_stats(grad))
+        return self._enter_module(module, args)
 
     # ------------------------------------------------------------------ comparable runs
 
     def _seed(self, root: torch.nn.Module) -> None:
-        model = root.module if isinstance(root, _wrappers()) else root
+        model = root.module if isinstance(root, wrapper_types()) else root
         if not any(True for _ in model.parameters()):
             return
         self._seed_done = True

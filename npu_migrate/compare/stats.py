@@ -25,6 +25,35 @@ from npu_migrate.compare import records
 from npu_migrate.compare.writer import DeviceFence
 
 
+@functools.lru_cache(maxsize=None)
+def dtype_name(dtype: torch.dtype) -> str:
+    """``float32`` for ``torch.float32``: the spelling of the records."""
+    return str(dtype).replace("torch.", "")
+
+
+def autocast_dtype(device_type: str) -> str | None:
+    """The autocast dtype active now on ``device_type`` or the CPU, else ``None``."""
+    for dev in dict.fromkeys((device_type, "cpu")):
+        try:  # torch >= 2.4: one API for every device type
+            if torch.is_autocast_enabled(dev):
+                return dtype_name(torch.get_autocast_dtype(dev))
+            continue
+        except (TypeError, AttributeError, RuntimeError):
+            pass
+        if dev == "cpu" and torch.is_autocast_cpu_enabled():
+            return dtype_name(torch.get_autocast_cpu_dtype())
+        if dev == "cuda" and torch.is_autocast_enabled():
+            return dtype_name(torch.get_autocast_gpu_dtype())
+        module = getattr(torch, dev, None)  # torch_npu on torch < 2.4: torch.npu.is_autocast_enabled()
+        if dev not in ("cpu", "cuda") and hasattr(module, "is_autocast_enabled"):
+            try:
+                if module.is_autocast_enabled():
+                    return dtype_name(module.get_autocast_dtype())
+            except Exception:  # noqa: BLE001 - an extension without the query records no autocast
+                pass
+    return None
+
+
 def tensor_stats(tensor: torch.Tensor) -> torch.Tensor:
     """min, max, mean, L2 norm, NaN count and Inf count of ``tensor``, as one tensor on its device.
 

@@ -36,7 +36,7 @@ until then ``status`` is ``initializing`` (or the file is missing or half writte
 reads it, then re-reads it each time its directory changes (inotify on Linux: a ConfigMap mount
 replaces a symlink, a shared volume rewrites the file), until ``status`` is ``completed`` or the
 wait (``--rank-table-timeout``, ``NPU_MIGRATE_RANK_TABLE_TIMEOUT``) runs out. Where inotify is
-missing it re-reads every :data:`POLL_S` seconds.
+missing it re-reads every :data:`~npu_migrate.launch.dirwatch.POLL_S` seconds.
 
 **This server** is the one whose ``container_ip``, ``host_ip`` or ``server_id`` is an address of
 this host, or whose ``pod_name`` is this host's name; where several match (one host running several
@@ -49,12 +49,9 @@ Nothing here imports torch.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import ipaddress
 import json
 import os
-import select
 import socket
 import time
 from dataclasses import dataclass
@@ -62,6 +59,7 @@ from enum import Enum
 from typing import Any, Callable
 
 from npu_migrate.launch import cluster, schedulers
+from npu_migrate.launch.dirwatch import DirectoryWatch
 from npu_migrate.launch.errors import LaunchError, LaunchUsageError, say
 from npu_migrate.textsafe import printable
 
@@ -72,9 +70,6 @@ the same as ``--join-timeout``'s default, the wait for the other nodes' launcher
 
 TIMEOUT_ENV = "NPU_MIGRATE_RANK_TABLE_TIMEOUT"
 """Variable that sets the wait when ``--rank-table-timeout`` is not given."""
-
-POLL_S = 1.0
-"""Re-read interval where inotify is missing: the operator writes once, so a second costs nothing."""
 
 _MAX_BYTES = 64 * 1024 * 1024
 """Larger files are refused: hccl-controller caps its own at 50 MiB."""
@@ -277,40 +272,6 @@ def read_once(path: str) -> tuple[RankTable | None, str]:
     return None, printable(status, 60)
 
 
-class _Watch:
-    """Blocks until something in a directory changes (inotify), or a timeout passes."""
-
-    _MASK = 0x2 | 0x4 | 0x8 | 0x80 | 0x100 | 0x200 | 0x400 | 0x800  # modify attrib close_write moved create delete
-
-    def __init__(self, directory: str) -> None:
-        self.fd = -1
-        try:
-            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-            fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
-            if fd >= 0 and libc.inotify_add_watch(fd, os.fsencode(directory), self._MASK) >= 0:
-                self.fd = fd
-            elif fd >= 0:
-                os.close(fd)
-        except (OSError, AttributeError):
-            self.fd = -1
-
-    def wait(self, seconds: float) -> None:
-        if self.fd < 0:
-            time.sleep(min(seconds, POLL_S))
-            return
-        ready, _, _ = select.select([self.fd], [], [], max(0.0, seconds))
-        if ready:
-            try:
-                os.read(self.fd, 65536)
-            except BlockingIOError:
-                pass
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-
-
 def wait_for_table(path: str, timeout: float, on_wait: Callable[[str], None] | None = None) -> RankTable:
     """Read ``path`` until its status is ``completed``; re-read on every change of its directory.
 
@@ -324,7 +285,7 @@ def wait_for_table(path: str, timeout: float, on_wait: Callable[[str], None] | N
     if not os.path.isdir(directory):
         raise RankTableError(f"RANK_TABLE_FILE {path}: its directory {directory} does not exist; mount the "
                              "rank table's volume (or ConfigMap) there, or fix the path.")
-    watch = _Watch(directory)  # before the first read, so a change right after it is not missed
+    watch = DirectoryWatch(directory)  # before the first read, so a change right after it is not missed
     try:
         deadline = time.monotonic() + timeout
         told = False

@@ -21,18 +21,24 @@ else a base class's defined in the wheel), without ``cls``/``self``.
 
 :func:`parameters_of` reads the same description from a live object (``inspect.signature``),
 and :func:`same_default` compares a default written in source with a live default, so a stand-in
-can be checked against the release (``tests/test_fake_npu_surface.py``).
+can be checked against the release (``tests/test_fake_npu_surface.py``); both live in
+:mod:`npu_migrate.releases.signatures` with :class:`Parameter` (re-exported here).
 """
 
 from __future__ import annotations
 
 import ast
 import enum
-import inspect
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Optional
 
+from npu_migrate.releases.signatures import (  # re-exported: their home before the split
+    Parameter, format_parameters, from_arguments, parameters_of, same_default, same_parameters,
+)
 from npu_migrate.releases.wheels import Release
+
+__all__ = ["PACKAGE", "Entry", "Kind", "Parameter", "defined_names", "format_parameters", "parameters_of",
+           "public_names", "read", "resolve", "same_default", "same_parameters"]
 
 PACKAGE = "torch_npu.npu"
 """The module whose ``__all__`` is ``torch.npu``'s public surface (torch_npu installs it as torch.npu)."""
@@ -51,25 +57,6 @@ class Kind(enum.Enum):
     NATIVE = "native"  # defined in C (torch_npu._C): no Python signature
     FOREIGN = "foreign"  # imported from outside the wheel (torch, the standard library)
     UNDEFINED = "undefined"  # named but not found; a reading error, reported as such
-
-
-@dataclass(frozen=True)
-class Parameter:
-    """One parameter of a signature.
-
-    Attributes:
-        name: as written.
-        kind: ``inspect.Parameter`` kind name (``POSITIONAL_OR_KEYWORD``, ``KEYWORD_ONLY``...).
-        default: the default's source text (``None``, ``'npu'``), or ``None`` when it has none.
-    """
-
-    name: str
-    kind: str
-    default: Optional[str] = None
-
-    def text(self) -> str:
-        prefix = {"VAR_POSITIONAL": "*", "VAR_KEYWORD": "**"}.get(self.kind, "")
-        return f"{prefix}{self.name}" + ("" if self.default is None else f"={self.default}")
 
 
 @dataclass(frozen=True)
@@ -94,34 +81,6 @@ class Entry:
     def signature(self) -> Optional[str]:
         """``(device=None, *, x)`` style text, or ``None`` without a Python signature."""
         return None if self.parameters is None else format_parameters(self.parameters)
-
-
-def format_parameters(parameters: tuple[Parameter, ...]) -> str:
-    """Parameters as a signature's text: ``(a, /, b=1, *args, c, **kw)``."""
-    parts: list[str] = []
-    kinds = [p.kind for p in parameters]
-    for i, param in enumerate(parameters):
-        if param.kind == "KEYWORD_ONLY" and "VAR_POSITIONAL" not in kinds[:i] and "KEYWORD_ONLY" not in kinds[:i]:
-            parts.append("*")
-        parts.append(param.text())
-        if param.kind == "POSITIONAL_ONLY" and (i + 1 == len(parameters) or parameters[i + 1].kind != "POSITIONAL_ONLY"):
-            parts.append("/")
-    return "(" + ", ".join(parts) + ")"
-
-
-def _parameters(args: ast.arguments, drop_first: bool) -> tuple[Parameter, ...]:
-    positional = [(a, "POSITIONAL_ONLY") for a in args.posonlyargs] + [(a, "POSITIONAL_OR_KEYWORD") for a in args.args]
-    defaults: list[Optional[ast.expr]] = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
-    out = [Parameter(a.arg, kind, None if d is None else ast.unparse(d)) for (a, kind), d in zip(positional, defaults)]
-    if drop_first and out:
-        out = out[1:]
-    if args.vararg is not None:
-        out.append(Parameter(args.vararg.arg, "VAR_POSITIONAL"))
-    for arg, default in zip(args.kwonlyargs, args.kw_defaults):
-        out.append(Parameter(arg.arg, "KEYWORD_ONLY", None if default is None else ast.unparse(default)))
-    if args.kwarg is not None:
-        out.append(Parameter(args.kwarg.arg, "VAR_KEYWORD"))
-    return tuple(out)
 
 
 def _is_static(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
@@ -254,7 +213,7 @@ class _Reader:
         node = self._class_node(owner.module, owner.name.rpartition(".")[2])
         for stmt in node.body if node is not None else []:
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == member:
-                return Entry(name, Kind.FUNCTION, owner.module, _parameters(stmt.args, not _is_static(stmt)))
+                return Entry(name, Kind.FUNCTION, owner.module, from_arguments(stmt.args, not _is_static(stmt)))
         return Entry(name, Kind.UNDEFINED, owner.module, None, f"{member} is not defined in class {owner.name}")
 
     def _class_node(self, module: str, name: str) -> Optional[ast.ClassDef]:
@@ -292,7 +251,7 @@ class _Reader:
 
     def _entry(self, module: str, name: str, node: ast.AST, depth: int) -> Entry:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            return Entry(name, Kind.FUNCTION, module, _parameters(node.args, drop_first=False))
+            return Entry(name, Kind.FUNCTION, module, from_arguments(node.args, drop_first=False))
         if isinstance(node, ast.ClassDef):
             return self._class(module, node, depth)
         if isinstance(node, ast.ImportFrom):
@@ -310,7 +269,7 @@ class _Reader:
         if isinstance(node, (ast.Assign, ast.AnnAssign)):
             value = node.value
             if isinstance(value, ast.Lambda):
-                return Entry(name, Kind.FUNCTION, module, _parameters(value.args, drop_first=False))
+                return Entry(name, Kind.FUNCTION, module, from_arguments(value.args, drop_first=False))
             dotted = _dotted(value) if value is not None else None
             if dotted is not None and dotted != name:
                 head, _, rest = dotted.partition(".")
@@ -330,7 +289,7 @@ class _Reader:
         for special in ("__new__", "__init__"):
             for stmt in node.body:
                 if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == special:
-                    return Entry(node.name, Kind.CLASS, module, _parameters(stmt.args, drop_first=True))
+                    return Entry(node.name, Kind.CLASS, module, from_arguments(stmt.args, drop_first=True))
         for base in node.bases:
             dotted = _dotted(base)
             if dotted is None or dotted == "object":
@@ -382,49 +341,3 @@ def read(release: Release, module: str = PACKAGE, extra: tuple[str, ...] = ()) -
     if names is None:
         raise ValueError(f"{module} in torch-npu {release.version} has no literal __all__")
     return {name: reader.resolve(module, name) for name in [*names, *extra]}
-
-
-# --------------------------------------------------------------------------- live objects
-
-
-def parameters_of(obj: Any) -> Optional[tuple[Parameter, ...]]:
-    """``obj``'s signature in :class:`Parameter` form (defaults as ``repr``), or ``None`` without one."""
-    try:
-        signature = inspect.signature(obj)
-    except (TypeError, ValueError):
-        return None
-    return tuple(
-        Parameter(p.name, p.kind.name, None if p.default is inspect.Parameter.empty else repr(p.default))
-        for p in signature.parameters.values()
-    )
-
-
-def same_default(source: Optional[str], live: Optional[str]) -> bool:
-    """Whether a default written in the release's source and a live default (its ``repr``) agree.
-
-    Literals are compared as values (``'npu'`` and ``"npu"``, ``2.0**16`` and ``65536.0``);
-    anything else (``torch.float16``) by text.
-    """
-    if source is None or live is None:
-        return source is live
-    if source == live:
-        return True
-    try:
-        return _value(source) == _value(live)
-    except (ValueError, SyntaxError, TypeError):
-        return False
-
-
-def _value(text: str) -> Any:
-    tree = ast.parse(text, mode="eval").body
-    if isinstance(tree, ast.BinOp) and isinstance(tree.op, ast.Pow):  # 2.**16 in GradScaler's defaults
-        return _value(ast.unparse(tree.left)) ** _value(ast.unparse(tree.right))
-    return ast.literal_eval(tree)
-
-
-def same_parameters(release_params: tuple[Parameter, ...], live: tuple[Parameter, ...]) -> bool:
-    """Names, kinds and defaults all agree, in order."""
-    return len(release_params) == len(live) and all(
-        a.name == b.name and a.kind == b.kind and same_default(a.default, b.default)
-        for a, b in zip(release_params, live)
-    )

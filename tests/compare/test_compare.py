@@ -265,13 +265,13 @@ def test_compare_does_not_import_torch(tmp_path: Path) -> None:
 
 def test_pure_python_path_agrees_with_numpy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("numpy")
-    from npu_migrate.compare import verdict
+    from npu_migrate.compare import module_verdict, verdict
 
     a = two_ranks(tmp_path / "a", LOSSES, modules={s: module_rows() for s in LOSSES})
     b = two_ranks(tmp_path / "b", LOSSES, modules={s: module_rows({"relu": 1e-3} if s > 2 else None,
                                                                   nan_in="fc" if s == 4 else None) for s in LOSSES})
     fast = verdict.compare(str(a), str(b))
-    monkeypatch.setattr(verdict, "_np", None)
+    monkeypatch.setattr(module_verdict, "_np", None)  # the module-record checks' numpy
     slow = verdict.compare(str(a), str(b))
     assert (fast.failing_steps, fast.nonfinite_steps, fast.culprit) == (slow.failing_steps, slow.nonfinite_steps,
                                                                         slow.culprit)
