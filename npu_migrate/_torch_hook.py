@@ -2,9 +2,10 @@
 
 Usage::
 
-    from npu_migrate._torch_hook import after_torch_import
+    from npu_migrate._torch_hook import after_torch_import, export_bootstrap
 
     after_torch_import(install_migration)   # now, if torch is already imported
+    export_bootstrap()                      # every Python process started from now on runs the bootstrap
 
 Runtime migration (:mod:`npu_migrate.migrate.hook`) and the ``--probe`` recording
 (:mod:`npu_migrate.compare._hook`) both arm themselves this way from the bootstrap
@@ -21,8 +22,25 @@ before it forks (real accelerators refuse to re-initialise in a forked child). I
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from typing import Any, Callable
+
+BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_bootstrap")
+"""The folder of the bootstrap ``sitecustomize`` that arms migration and recording in child processes."""
+
+
+def export_bootstrap(set_env: Callable[[str, str], None] | None = None) -> None:
+    """Put :data:`BOOTSTRAP_DIR` first on ``PYTHONPATH`` (once) for every process started from now on.
+
+    Args:
+        set_env: how to set a variable (default: ``os.environ``), so a caller can undo it.
+    """
+    put = set_env or os.environ.__setitem__
+    path = os.environ.get("PYTHONPATH", "")
+    if BOOTSTRAP_DIR not in path.split(os.pathsep):
+        put("PYTHONPATH", os.pathsep.join(p for p in (BOOTSTRAP_DIR, path) if p))
+
 
 _CALLBACKS: list[Callable[[], None]] = []
 _HELD: list[bool] = []  # [True] while hold() is in force in this process image

@@ -79,8 +79,6 @@ KNOWN_UPWARD: dict[tuple[str, str], str] = {
         "the line relay feeds the ops audit's torch_npu-line counter; a feature hook (issue 23) would carry it",
     ("npu_migrate.launch.report", "npu_migrate.ops.npu_lines"):
         "the error file carries the ops audit's torch_npu lines per rank; a feature hook (issue 23) would carry it",
-    ("npu_migrate.compare.settings", "npu_migrate.migrate.environment"):
-        "the probe's export reads BOOTSTRAP_DIR, which belongs to the start-up hook rather than to migrate/",
 }
 
 # docs/architecture.md, "Import floors": modules that import no torch at module level.

@@ -188,14 +188,12 @@ class ProbeSettings:
 
     def export(self, set_env: Callable[[str, str], None] | None = None) -> None:
         """Make every Python process started from now on record (a sitecustomize arms it at ``import torch``)."""
-        from npu_migrate.migrate import environment as migrate_env
+        from npu_migrate._torch_hook import export_bootstrap
 
         put = set_env or os.environ.__setitem__
         for name, value in self.to_env().items():
             put(name, value)
-        path = os.environ.get("PYTHONPATH", "")
-        if migrate_env.BOOTSTRAP_DIR not in path.split(os.pathsep):
-            put("PYTHONPATH", os.pathsep.join(p for p in (migrate_env.BOOTSTRAP_DIR, path) if p))
+        export_bootstrap(put)
 
     def describe(self) -> dict[str, Any]:
         """The settings as the header of every rank file records them."""

@@ -17,6 +17,8 @@ import os
 import sys
 from typing import Callable, Optional
 
+from npu_migrate._torch_hook import BOOTSTRAP_DIR, export_bootstrap  # noqa: F401 (BOOTSTRAP_DIR: re-exported)
+
 ENV_MIGRATE = "NPU_MIGRATE_MIGRATE"
 ENV_SIM_DEVICES = "NPU_MIGRATE_SIM_DEVICES"
 ENV_REPORT_DIR = "NPU_MIGRATE_REPORT_DIR"
@@ -26,7 +28,6 @@ ENV_SPAWN_NPROCS = "NPU_MIGRATE_SPAWN_NPROCS"
 """How many processes the running ``mp.spawn`` starts (read by its children for the prefix rule)."""
 ENV_PYTHON = "NPU_MIGRATE_PYTHON"
 """``sys.prefix`` of the exporting interpreter: the bootstrap arms nothing in another one."""
-BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "_bootstrap")
 
 
 def export_environment(device: str | None = None, device_count: int | None = None,
@@ -47,9 +48,7 @@ def export_environment(device: str | None = None, device_count: int | None = Non
     put = set_env or os.environ.__setitem__
     put(ENV_MIGRATE, "1")
     put(ENV_PYTHON, sys.prefix)  # the bootstrap stays inert in other interpreters and environments
-    path = os.environ.get("PYTHONPATH", "")
-    if BOOTSTRAP_DIR not in path.split(os.pathsep):
-        put("PYTHONPATH", os.pathsep.join(p for p in (BOOTSTRAP_DIR, path) if p))
+    export_bootstrap(put)
     if device and device != "auto":
         put("NPU_MIGRATE_DEVICE", device)
     if device_count is not None:
