@@ -28,17 +28,18 @@ import re
 from dataclasses import dataclass
 
 from npu_migrate.errors import DeviceUnavailableError
+from npu_migrate.registry import BUILT_IN, DEVICES, ENV_DEVICE, by_extension
 
 ENV_AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"
 """torch's switch: ``0`` stops ``import torch`` from importing device extensions."""
 
 GROUP = "torch.backends"
-CANN_SET_ENV = "/usr/local/Ascend/ascend-toolkit/set_env.sh"
 _FAILED = re.compile(r"Failed to load the backend extension: (\S+?)\.?(\s|$)")
 
-# Families that never need an out-of-tree extension: forcing one of them makes autoloading
-# torch_npu pointless, and on a node without CANN, fatal.
-_BUILT_IN = ("cpu", "cuda")
+# Forcing a family built into torch (the table's rows without an extension) makes autoloading an
+# extension pointless, and on a node without its toolkit, fatal.
+_TRAIN_WITHOUT = " or ".join(BUILT_IN)
+_FORCE_BUILT_IN = " or ".join(f"--device {name}" for name in BUILT_IN)
 
 
 @dataclass(frozen=True)
@@ -90,15 +91,16 @@ def disable_unless_needed(device: str | None) -> bool:
     """
     name = (device or "").strip().lower()
     if name in ("", "auto"):
-        name = os.environ.get("NPU_MIGRATE_DEVICE", "").strip().lower()
-    if name not in _BUILT_IN or ENV_AUTOLOAD in os.environ:
+        name = os.environ.get(ENV_DEVICE, "").strip().lower()
+    if name not in BUILT_IN or ENV_AUTOLOAD in os.environ:
         return False
     os.environ[ENV_AUTOLOAD] = "0"
     return True
 
 
 def check_versions() -> None:
-    """Refuse, before ``import torch``, an auto-loaded torch_npu built for another torch release.
+    """Refuse, before ``import torch``, an auto-loaded extension of the table (torch_npu) built for
+    another torch release.
 
     The decision reads torch_npu's declared requirement on torch (its METADATA's
     ``Requires-Dist``, :mod:`npu_migrate.releases.pairs`). A build for another minor release
@@ -111,14 +113,15 @@ def check_versions() -> None:
     """
     if not enabled():
         return
+    ours = {spec.extension for spec in DEVICES.values() if spec.extension}
     for ext in extensions():
-        if ext.name != "torch_npu":
+        if ext.name not in ours:
             continue
         from npu_migrate.releases import pairs  # here: only a node with an extension pays for it
 
         pair = pairs.check_installed(ext.distribution)
         if pair.fatal:
-            raise DeviceUnavailableError(fatal_message(pair) + f" Or set {ENV_AUTOLOAD}=0 to train on CPU or GPU.")
+            raise DeviceUnavailableError(fatal_message(pair) + f" Or set {ENV_AUTOLOAD}=0 to train on {_TRAIN_WITHOUT}.")
 
 
 def fatal_message(pair: "pairs.PairCheck") -> str:  # noqa: F821 - imported lazily
@@ -155,11 +158,16 @@ def explain(exc: BaseException) -> str | None:
             detail = " ".join(str(cause).split()) if cause is not None else ""
             detail = f"{type(cause).__name__}: {detail}" if cause is not None and not detail else detail
             name = match.group(1)
+            spec = by_extension(name)
+            if spec is not None and spec.toolkit is not None:
+                use = (f"To use the {spec.name.upper()}, source the {spec.toolkit.name} environment first "
+                       f"(source {spec.toolkit.set_env})")
+            else:
+                use = f"To use {name}, repair its installation"
             return (
                 f"`import torch` failed: it auto-loads {name}, which failed"
-                f"{': ' + detail if detail else ''}. To use the NPU, source the CANN environment first "
-                f"(source {CANN_SET_ENV}); to train on CPU or GPU, set {ENV_AUTOLOAD}=0 "
-                f"(--device cpu or --device cuda does this for you)."
+                f"{': ' + detail if detail else ''}. {use}; to train on {_TRAIN_WITHOUT}, set {ENV_AUTOLOAD}=0 "
+                f"({_FORCE_BUILT_IN} does this for you)."
             )
         current = current.__cause__ or current.__context__
     return None

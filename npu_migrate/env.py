@@ -28,17 +28,14 @@ import sys
 from typing import Any
 
 from npu_migrate import __version__
-from npu_migrate.registry import DEVICES, FAMILY_CHOICES
+from npu_migrate.registry import DEVICES, FAMILY_CHOICES, SOURCE_FAMILY, DeviceSpec, Toolkit
 
-# Variables of torchrun and npu_migrate that matter to every family.
+# Variables of torchrun and npu_migrate that matter to every family, and each family's mask and allocator.
 _JOB_VARS = (
     "MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE",
-    "GROUP_RANK", "NODE_RANK", "OMP_NUM_THREADS", "PYTORCH_CUDA_ALLOC_CONF", "TORCH_DEVICE_BACKEND_AUTOLOAD",
-)
+    "GROUP_RANK", "NODE_RANK", "OMP_NUM_THREADS", "TORCH_DEVICE_BACKEND_AUTOLOAD",
+) + tuple(v for s in DEVICES.values() for v in (s.visible_devices_env, s.alloc_conf_env) if v)
 _ENV_PREFIXES = ("NPU_MIGRATE_",) + tuple(p for s in DEVICES.values() for p in s.env_prefixes)
-
-# Where CANN writes its version; ASCEND_TOOLKIT_HOME is set by set_env.sh.
-_CANN_INFO_GLOBS = ("*/ascend_toolkit_install.info", "ascend_toolkit_install.info")
 
 
 def _dist_version(name: str) -> str | None:
@@ -48,9 +45,10 @@ def _dist_version(name: str) -> str | None:
         return None
 
 
-def _cann_version() -> str | None:
-    home = os.environ.get("ASCEND_TOOLKIT_HOME") or "/usr/local/Ascend/ascend-toolkit/latest"
-    for pattern in _CANN_INFO_GLOBS:
+def _toolkit_version(toolkit: Toolkit) -> str | None:
+    """The version a family's toolkit wrote under its home (CANN: ``ascend_toolkit_install.info``)."""
+    home = next((os.environ[v] for v in toolkit.home_env if os.environ.get(v)), toolkit.default_home)
+    for pattern in toolkit.version_files:
         for path in sorted(glob.glob(os.path.join(home, pattern))):
             try:
                 with open(path, encoding="utf-8") as fh:
@@ -71,7 +69,7 @@ def _relevant_env() -> dict[str, str]:
     }
 
 
-def _warnings(spec: _device.DeviceSpec, selection: _device.Selection, variables: dict[str, str]) -> list[str]:
+def _warnings(spec: DeviceSpec, selection: Any, variables: dict[str, str]) -> list[str]:
     import torch
 
     from npu_migrate import device as _device
@@ -94,11 +92,14 @@ def _warnings(spec: _device.DeviceSpec, selection: _device.Selection, variables:
                         f"{key} is set but {spec.backend} ignores it; look for {equivalent} "
                         f"in the {spec.backend.upper()} documentation."
                     )
-    npu = _device.DEVICES["npu"]
-    if spec.name == "npu" and not os.environ.get("ASCEND_TOOLKIT_HOME") and not os.environ.get("ASCEND_HOME_PATH"):
-        warnings.append(f"The CANN environment is not sourced (ASCEND_TOOLKIT_HOME is unset): source {_device.CANN_SET_ENV}.")
-    if spec.name != "npu" and npu.visible_devices_env in variables:
-        warnings.append(f"{npu.visible_devices_env} is set but the job runs on {spec.name}.")
+    toolkit = spec.toolkit
+    if toolkit is not None and not any(os.environ.get(v) for v in toolkit.home_env):
+        warnings.append(f"The {toolkit.name} environment is not sourced ({toolkit.home_env[0]} is unset): "
+                        f"source {toolkit.set_env}.")
+    for other in others:
+        # The source family's mask is read on every family (migration, the CPU device count).
+        if other.name != SOURCE_FAMILY and other.visible_devices_env in variables:
+            warnings.append(f"{other.visible_devices_env} is set but the job runs on {spec.name}.")
     if _device._release_tuple(torch.__version__)[:2] < (2, 1):
         warnings.append(f"torch {torch.__version__} is older than 2.1, which npu_migrate needs.")
     return warnings
@@ -131,20 +132,32 @@ def collect(device: str | None = None, fetch_releases: bool = False) -> dict[str
         "device_name": _device._name(spec) if spec.is_accelerator else None,
         "torch_version": torch.__version__,
         "torchvision_version": _dist_version("torchvision"),
-        "torch_npu_version": _device.extension_version(_device.DEVICES["npu"]),
-        "torch_cuda_version": torch.version.cuda,
-        "cann_version": _cann_version(),
+        # One line per family's extension (torch_npu_version), torch build (torch_cuda_version), toolkit (cann_version).
+        **{f"{s.extension}_version": _device.extension_version(s) for s in _device.DEVICES.values() if s.extension},
+        **{f"torch_{s.torch_build}_version": getattr(torch.version, s.torch_build, None)
+           for s in _device.DEVICES.values() if s.torch_build},
+        **{f"{s.toolkit.name.lower()}_version": _toolkit_version(s.toolkit)
+           for s in _device.DEVICES.values() if s.toolkit},
         "python_version": platform.python_version(),
         "platform": platform.platform(),
         "families": {name: _device.is_available(name) for name in _device.DEVICES},
         "environment": variables,
     }
-    pair, pair_warning = _pair(fetch_releases, report["torch_npu_version"])
+    released = _released_key()
+    pair, pair_warning = _pair(fetch_releases, report[released])
     keys = list(report)
-    at = keys.index("torch_npu_version") + 1  # the pair's lines next to torch_npu's version
+    at = keys.index(released) + 1  # the pair's lines next to torch_npu's version
     report = {**{k: report[k] for k in keys[:at]}, **pair, **{k: report[k] for k in keys[at:]}}
     report["warnings"] = _warnings(spec, selection, variables) + ([pair_warning] if pair_warning else [])
     return report
+
+
+def _released_key() -> str:
+    """The report key of the extension :mod:`npu_migrate.releases` reads the wheels of (``torch_npu_version``)."""
+    from npu_migrate.releases import wheels
+
+    spec = next(s for s in DEVICES.values() if s.pip_name == wheels.DISTRIBUTION)
+    return f"{spec.extension}_version"
 
 
 def _pair(fetch: bool, npu_version: str | None) -> tuple[dict[str, Any], str | None]:

@@ -26,6 +26,11 @@ def test_every_row_is_complete(spec: nm.DeviceSpec) -> None:
         assert var is None or var == var.upper()
     assert spec.is_accelerator == (spec.visible_devices_env is not None)
     assert all(p == p.upper() for p in spec.env_prefixes)
+    # The launcher sets the first interface variable; every backend has one (gloo's carries CPU groups).
+    assert spec.interface_env and all(v == v.upper() for v in spec.interface_env)
+    assert spec.torch_build is None or hasattr(torch.version, spec.torch_build)
+    if spec.toolkit is not None:  # a toolkit sits under an extension, and says how to set it up
+        assert spec.extension is not None and spec.toolkit.set_env and spec.toolkit.home_env
 
 
 def test_table_is_the_issue_table_in_detection_order() -> None:

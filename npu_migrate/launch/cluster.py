@@ -23,10 +23,14 @@ import socket
 import struct
 import subprocess
 
-SOCKET_IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "HCCL_SOCKET_IFNAME", "HCCL_IF_IP")
-"""Variables that choose the network interface of a backend; one set by the user wins over ours."""
+from npu_migrate.registry import DEVICES, HOST_FAMILY, by_backend
 
-_FAMILY_IFNAME = {"nccl": "NCCL_SOCKET_IFNAME", "hccl": "HCCL_SOCKET_IFNAME"}
+_HOST = DEVICES[HOST_FAMILY]
+SOCKET_IFNAME_VARS = tuple(dict.fromkeys(
+    [*_HOST.interface_env, *(name for spec in DEVICES.values() for name in spec.interface_env)]))
+"""Variables that choose the network interface of a backend (each family's ``interface_env``, gloo's
+first); one set by the user wins over ours."""
+
 _SIOCGIFADDR = 0x8915
 _BRACKETS = re.compile(r"\[([^\[\]]*)\]")
 
@@ -183,9 +187,10 @@ def network_env(addr: str, backend: str, environ: dict[str, str], multi_node: bo
     if found is None:
         return {}, "interface chosen by the backend"
     name, local = found
-    env = {"GLOO_SOCKET_IFNAME": name}
-    if multi_node and backend in _FAMILY_IFNAME:
-        env[_FAMILY_IFNAME[backend]] = name
+    env = {_HOST.interface_env[0]: name}
+    family = by_backend(backend)
+    if multi_node and family is not None and family.interface_env:
+        env.setdefault(family.interface_env[0], name)
     return env, f"interface {name} ({local})"
 
 

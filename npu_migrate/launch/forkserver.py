@@ -40,7 +40,7 @@ def kill_worker_groups() -> None:
 
     The fork server exits when the launcher does, even by SIGKILL (its pipe to the launcher
     closes). PR_SET_PDEATHSIG then kills each worker, but not what a worker started; each
-    worker leads its own process group, so killing the groups here takes those too.
+    worker leads its own session and process group, so killing the groups here takes those too.
     """
     children: set[int] = set()
     for task in os.listdir("/proc/self/task"):

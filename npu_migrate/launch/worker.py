@@ -7,7 +7,7 @@ Usage (by the supervisor, in the launcher)::
 
 In order, :func:`worker_main`:
 
-1. ties the worker to the launcher (own process group, PR_SET_PDEATHSIG, a watcher thread);
+1. ties the worker to the launcher (own session and process group, PR_SET_PDEATHSIG, a watcher thread);
 2. :func:`prepare`: sets the rank's environment, sends stdout/stderr to the launcher's relay
    (:mod:`.output`; FIFOs in ``error_dir``, the job's private run directory), sets torch's
    threads and binds the device; new per-worker steps belong here;
@@ -39,12 +39,36 @@ _PR_SET_PDEATHSIG = 1
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+def _own_session() -> None:
+    """Lead a new session (and process group), away from the terminal, as torchrun's workers do.
+
+    - Signals typed on the terminal (Ctrl-C, Ctrl-\\, Ctrl-Z) go to its foreground job, the
+      launcher, which stops the ranks in order; a rank never gets them half-way through a collective.
+    - A rank has no controlling terminal, so reading or configuring it (a prompt, a pager, ``stty``
+      in a subprocess) fails at once (ENXIO) instead of stopping the rank with SIGTTIN/SIGTTOU, as
+      it would in a background process group of the launcher's session: a hang with no message.
+      A terminal on stdin is swapped for ``/dev/null`` too: the user's keystrokes are the launcher's.
+    - The rank leads its group (pgid == pid): the launcher kills it and everything it started with
+      one ``killpg``.
+    """
+    try:
+        os.setsid()
+    except OSError:  # already a group leader (not the case when forked by the launcher): a group then
+        try:
+            os.setpgid(0, 0)
+        except OSError:
+            pass
+    if os.isatty(0):
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        try:
+            os.dup2(devnull, 0)
+        finally:
+            os.close(devnull)
+
+
 def _die_with_launcher(launcher_pid: int) -> None:
     """Make sure this worker, and what it started, cannot outlive the launcher."""
-    try:
-        os.setpgid(0, 0)  # our own group: the launcher can signal us and our children at once
-    except OSError:
-        pass
+    _own_session()
     if sys.platform.startswith("linux"):
         try:
             libc = ctypes.CDLL(None, use_errno=True)

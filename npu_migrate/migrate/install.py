@@ -20,6 +20,7 @@ import os
 from typing import Iterator
 
 from npu_migrate import device as _device
+from npu_migrate.registry import DEVICES, SOURCE_FAMILY, DeviceSpec
 from npu_migrate.migrate import callers, environment, libs_hook
 from npu_migrate.migrate.mapping import map_environment
 from npu_migrate.migrate.patches import AREAS
@@ -53,9 +54,9 @@ def install(device: str | None = None, device_count: int | None = None, propagat
         with all_or_nothing():  # a failure part-way leaves nothing patched
             # Before anything asks the device for its count: torch_npu's runtime reads the mask once,
             # when it first starts, and choosing the family already starts it.
-            requested = (device or os.environ.get(_device.ENV_DEVICE) or "auto").strip().lower()
-            if requested == "npu" or (requested == "auto" and importlib.util.find_spec("torch_npu") is not None):
-                map_environment(_device.DEVICES["npu"])
+            early = _family_before_detection(device)
+            if early is not None:
+                map_environment(early)
             spec = _device.device_spec(device)
             if propagate:
                 export_environment(spec.name, device_count, report_dir)
@@ -65,7 +66,7 @@ def install(device: str | None = None, device_count: int | None = None, propagat
             STATE.target = spec
             libs_hook.register()  # flash_attn, xformers, apex from npu_migrate.libs (off the CUDA target or missing)
             patch(libs_hook, "ACTIVE", True)
-            if spec.name == "cuda":
+            if spec.name == SOURCE_FAMILY:
                 return spec.name  # nothing to move
             callers.reset()
             STATE.count = device_count if device_count is not None else (
@@ -76,6 +77,22 @@ def install(device: str | None = None, device_count: int | None = None, propagat
             for install_area in AREAS:
                 install_area()
             return spec.name
+
+
+def _family_before_detection(device: str | None) -> DeviceSpec | None:
+    """The target family whose variables must be mapped before it starts, as far as it is known yet.
+
+    The family named by ``device`` (or ``NPU_MIGRATE_DEVICE``); on ``auto``, the first family whose
+    extension is installed (detection would try it first). ``None`` for the source family, which
+    needs no mapping, and where nothing is known yet.
+    """
+    requested = (device or os.environ.get(_device.ENV_DEVICE) or "auto").strip().lower()
+    if requested == "auto":
+        spec = next((s for s in DEVICES.values()
+                     if s.extension is not None and importlib.util.find_spec(s.extension) is not None), None)
+    else:
+        spec = DEVICES.get(requested)
+    return spec if spec is not None and spec.is_accelerator and spec.name != SOURCE_FAMILY else None
 
 
 def uninstall() -> None:

@@ -129,8 +129,10 @@ def test_torch_style_helpers_run_on_cpu() -> None:
     assert run.returncode == 0, run.stderr
     device_type, ok, n, backend = run.stdout.split()
     assert device_type == ("cuda" if ok == "True" else "cpu")
-    assert int(n) >= 1
-    assert backend in ("gloo", "nccl", "hccl")
+    # What the ported script sees is this machine's family, not the CUDA it was written for: gloo and
+    # one device on a CPU host (torch.cpu.device_count()), the family's own backend elsewhere.
+    assert backend == {"cpu": "gloo", "cuda": "nccl", "npu": "hccl"}[device_type], run.stdout
+    assert device_type != "cpu" or int(n) == 1, run.stdout
 
 
 def test_torch_style_reports_what_it_cannot_write() -> None:
