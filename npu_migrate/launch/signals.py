@@ -1,16 +1,20 @@
-"""SIGINT and SIGTERM for the launcher: a flag the main thread reads in every phase, never a traceback.
+"""SIGINT, SIGTERM and SIGHUP for the launcher: a flag the main thread reads in every phase, never a traceback.
 
 Usage::
 
     with Signals() as signals:
         while work_to_do():
             if signals.received is not None:
-                return 128 + signals.received      # 130 for SIGINT, 143 for SIGTERM
+                return 128 + signals.received      # 130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP
             wait_a_little()
 
 The launcher's main thread never blocks for long: what can block (connecting to node 0, waiting
 in the rendezvous) runs in a daemon thread (:func:`run_interruptibly`), and the main thread polls
 this flag, so every phase answers a signal within a fraction of a second.
+
+SIGHUP (the terminal or the SSH session the launcher runs in closed) stops the job like SIGTERM, as
+torchrun's agent does: by default it would end the launcher without stopping the ranks, leaving
+what the ranks started running.
 """
 
 from __future__ import annotations
@@ -38,6 +42,10 @@ SIGNAL_GRACE_S = min(3.0, STOP_GRACE_S)
 """The same after the launcher itself was signalled: the launcher must end within 5 s."""
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""The signals that stop the job (exit 128 + the signal's number)."""
+
+
 class Interrupted(Exception):
     """The launcher received SIGINT or SIGTERM while waiting (raised by :func:`run_interruptibly`)."""
 
@@ -47,7 +55,7 @@ class Interrupted(Exception):
 
 
 class Signals:
-    """Turns SIGINT/SIGTERM into a flag the launcher reads, and restores the handlers after.
+    """Turns SIGINT/SIGTERM/SIGHUP into a flag the launcher reads, and restores the handlers after.
 
     SIGUSR1 only counts (:attr:`dumps`): a request for every rank's stack, served while ranks run.
     """
@@ -60,7 +68,7 @@ class Signals:
 
     def __enter__(self) -> Signals:
         if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in STOP_SIGNALS:
                 self._old[sig] = signal.signal(sig, self._handle)
             self._old[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, self._dump)
         return self

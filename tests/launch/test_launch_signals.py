@@ -53,7 +53,7 @@ def test_while_waiting_for_nodes(tmp_path: Path, sig: int, code: int) -> None:
                            "no rank is left running on node 0.")
 
 
-@pytest.mark.parametrize(("sig", "code"), SIGNALS)
+@pytest.mark.parametrize(("sig", "code"), [*SIGNALS, pytest.param(signal.SIGHUP, 129, id="SIGHUP")])
 def test_while_running_ends_every_node(tmp_path: Path, sig: int, code: int) -> None:
     port = two_free_ports()
     hold = ("--hold", str(tmp_path / "never"))
