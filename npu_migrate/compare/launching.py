@@ -8,16 +8,29 @@ Usage::
 The launcher finds :data:`FEATURE` through :data:`npu_migrate.launch.features.BUILT_IN`: the
 flags and their checks come from :mod:`.settings` (standard library only, so the launcher checks
 them before torch is imported); before the fork server starts, the directory is checked and the
-settings exported, so every worker records; after the job, a filter that matched nothing ends it
+settings exported, so every worker records (flags or a directory that cannot be used are usage
+errors, exit 2); after the job, a filter that matched nothing ends it
 with exit 1 (:func:`.settings.finish_job`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+from typing import Iterator
 
 from npu_migrate.compare import settings
+from npu_migrate.errors import UsageError
 from npu_migrate.launch.features import FeatureJob
+
+
+@contextlib.contextmanager
+def usage_errors() -> Iterator[None]:
+    """The probe's flags or directory cannot be used: a usage error (exit 2), nothing has started."""
+    try:
+        yield
+    except settings.ProbeError as exc:
+        raise UsageError(str(exc)) from None
 
 
 class ProbeJob(FeatureJob):
@@ -29,7 +42,8 @@ class ProbeJob(FeatureJob):
 
     def prepare(self) -> None:
         # Before the fork server starts: it imports torch, and the probe must be armed there.
-        self.probe.prepare_directory(self.world_size)
+        with usage_errors():  # a directory in use: nothing has started, another --probe DIR fixes it
+            self.probe.prepare_directory(self.world_size)
         self.probe.export()
 
     def finish(self, code: int | None) -> int | None:
@@ -45,7 +59,8 @@ class Probe:
         settings.add_probe_arguments(parser)
 
     def for_job(self, args: argparse.Namespace) -> ProbeJob | None:
-        probe = settings.from_args(args)  # bad values raise ProbeError, before anything starts
+        with usage_errors():  # bad values, before anything starts
+            probe = settings.from_args(args)
         if probe is None:
             return None
         return ProbeJob(probe, args.nproc * (args.nnodes or 1) if args.nproc else None)

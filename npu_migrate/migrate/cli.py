@@ -94,9 +94,13 @@ def run(args: argparse.Namespace) -> int:
         raise InputError(f"script {args.script!r} not found (working directory {os.getcwd()}).")
     from npu_migrate.compare import settings as probe_settings
 
-    probe = probe_settings.from_args(args)
+    try:
+        probe = probe_settings.from_args(args)
+        if probe is not None:
+            probe.prepare_directory()
+    except probe_settings.ProbeError as exc:  # flags or a directory that cannot be used: nothing has run
+        raise UsageError(str(exc)) from None
     if probe is not None:
-        probe.prepare_directory()
         probe.export()  # processes the script starts record too
     from npu_migrate.migrate import usercode
 
