@@ -35,13 +35,13 @@ class ExitCode(IntEnum):
 class NpuMigrateError(Exception):
     """Base class for errors that are shown to the user as one line (exit code 1)."""
 
-    exit_code = 1
+    exit_code: int = ExitCode.FAILURE
 
 
 class UsageError(NpuMigrateError, ValueError):
     """The command line or its values are wrong; nothing was started (exit code 2, as argparse)."""
 
-    exit_code = 2
+    exit_code: int = ExitCode.USAGE
 
 
 class InputError(UsageError):
