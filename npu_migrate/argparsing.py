@@ -25,6 +25,9 @@ from typing import Callable
 
 from npu_migrate.errors import NpuMigrateError, exit_code, is_closed_pipe
 
+Explain = Callable[[BaseException], "str | None"]
+"""Turns an exception that is no :class:`NpuMigrateError` into the user's one line, or None."""
+
 LINE_LIMIT = 4000
 """Characters of one error line: a long message with its value and its fix, not a log."""
 
@@ -45,29 +48,26 @@ def _closed_pipe() -> None:
         pass
 
 
-def _line(exc: BaseException) -> str | None:
+def _line(exc: BaseException, explain: Explain | None) -> str | None:
     """The one line the user sees for ``exc``, or None where it is not meant for the user."""
     if isinstance(exc, NpuMigrateError):
         return f"error: {exc}"
     if isinstance(exc, KeyboardInterrupt):
         return "interrupted"
-    if isinstance(exc, RuntimeError):  # `import torch` that failed in its device-extension autoload
-        from npu_migrate import autoload
-
-        explained = autoload.explain(exc)
-        return None if explained is None else f"error: {explained}"
-    return None
+    explained = explain(exc) if explain is not None and isinstance(exc, Exception) else None
+    return None if explained is None else f"error: {explained}"
 
 
-def run_command(prog: str, body: Callable[[], int | None],
-                cleanup: Callable[[BaseException], None] | None = None) -> int:
+def run_command(prog: str, body: Callable[[], int | None], explain: Explain | None = None) -> int:
     """Run ``body`` and return its exit code; what it raises becomes one line on stderr and a code.
 
     Args:
         prog: the prefix of the line, e.g. ``npu-migrate`` or ``npu-migrate launch``.
         body: the command; its return value (None: 0) is the exit code when it raises nothing.
-        cleanup: called with the exception before the line is printed (the launcher stops its
-            fork server there), for every exception mapped to a code.
+        explain: the one line for an exception that is no :class:`NpuMigrateError`, or None to
+            keep its traceback; the commands that import torch pass
+            :func:`npu_migrate.autoload.explain` (an ``import torch`` that failed in its
+            device-extension autoload, exit 1).
 
     Returns:
         0 or what ``body`` returned; else :func:`npu_migrate.errors.exit_code` of what it
@@ -83,11 +83,9 @@ def run_command(prog: str, body: Callable[[], int | None],
         raise
     except BaseException as exc:  # noqa: BLE001 - mapped below, or raised again
         closed = is_closed_pipe(exc)
-        line = None if closed else _line(exc)
+        line = None if closed else _line(exc, explain)
         if not closed and line is None:
             raise
-        if cleanup is not None:
-            cleanup(exc)
         if closed:
             _closed_pipe()
         else:

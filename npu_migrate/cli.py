@@ -31,7 +31,7 @@ import logging
 import sys
 from dataclasses import dataclass
 
-from npu_migrate import __version__
+from npu_migrate import __version__, autoload
 from npu_migrate.argparsing import OneLineParser, run_command
 
 
@@ -129,11 +129,10 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code (:func:`npu_migrate.argparsing.run_command` maps errors)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     command = _command_in(argv)
-    return run_command(command.prog if command else "npu-migrate", lambda: _run(argv))
+    return run_command(command.prog if command else "npu-migrate", lambda: _run(argv), explain=autoload.explain)
 
 
 def _run(argv: list[str]) -> int:
-    from npu_migrate import autoload
     from npu_migrate.log import setup_logging
 
     command = _command_in(argv)

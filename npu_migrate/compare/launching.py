@@ -5,7 +5,8 @@ Usage::
     python -m npu_migrate.launch --device-num 2 --probe runs/gpu train.py
     npu-migrate compare runs/gpu runs/npu
 
-The launcher finds :data:`FEATURE` through :data:`npu_migrate.launch.features.BUILT_IN`: the
+The launcher finds :data:`FEATURE` through :data:`npu_migrate.launch.features.BUILT_IN` (this
+module imports nothing of the launcher): the
 flags and their checks come from :mod:`.settings` (standard library only, so the launcher checks
 them before torch is imported); before the fork server starts, the directory is checked and the
 settings exported, so every worker records (flags or a directory that cannot be used are usage
@@ -17,11 +18,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-from typing import Iterator
+from typing import Callable, Iterator
 
 from npu_migrate.compare import settings
 from npu_migrate.errors import UsageError
-from npu_migrate.launch.features import FeatureJob
 
 
 @contextlib.contextmanager
@@ -33,7 +33,7 @@ def usage_errors() -> Iterator[None]:
         raise UsageError(str(exc)) from None
 
 
-class ProbeJob(FeatureJob):
+class ProbeJob:
     """One launched job that records: its settings and the world size the flags give."""
 
     def __init__(self, probe: settings.ProbeSettings, world_size: int | None) -> None:
@@ -46,10 +46,16 @@ class ProbeJob(FeatureJob):
             self.probe.prepare_directory(self.world_size)
         self.probe.export()
 
-    def finish(self, code: int | None) -> int | None:
+    def describe(self, device: str) -> str:
+        return ""
+
+    def finish(self, code: int | None, say: Callable[[str], None]) -> int | None:
         if code is None:  # the launcher failed: what it says matters more than "nothing recorded"
             return code
         return settings.finish_job(self.probe, code)
+
+    def discard(self) -> None:
+        pass  # the directory stays: --probe DIR is the user's, and may hold an earlier run's files
 
 
 class Probe:

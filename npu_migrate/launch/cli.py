@@ -32,7 +32,6 @@ from npu_migrate.launch.forkserver import start_fork_server, stop_fork_server
 from npu_migrate.launch.options import DEFAULT_JOIN_TIMEOUT, DEFAULT_NODE_TIMEOUT, LaunchOptions
 from npu_migrate.launch.output import DEFAULT_TEMPLATE
 from npu_migrate.launch.watchdog import DEFAULT_HANG_TIMEOUT
-from npu_migrate.ops import npu_lines
 from npu_migrate.registry import FAMILY_CHOICES
 
 PROG = "npu-migrate launch"
@@ -107,9 +106,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Before the script, all-reduce once on the job's backend across every rank and "
                              "name the rank, host or interface that cannot be reached (default: off; it costs "
                              "one more start of the ranks' processes and a group join).")
-    parser.add_argument("--strict-ops", "--strict_ops", dest="strict_ops", action="store_true",
-                        help="Set TORCH_NPU_FALLBACK_CPU_DISABLE=1 for the job: an operator the NPU lacks fails "
-                             "instead of running on the CPU (torch_npu's fallback lines are listed per rank either way).")
     parser.add_argument("--dry-run", action="store_true",
                         help="Print every process's ranks, device, backend and environment; start nothing.")
     parser.add_argument("--print-env", "--print_env", dest="print_env", action="store_true",
@@ -123,7 +119,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "every pod has its NPUs).")
     parser.add_argument("-m", "--module", action="store_true",
                         help="Run SCRIPT as a module, like python -m.")
-    features.add_arguments(parser)  # --migrate, --probe DIR... (npu_migrate.launch.features)
+    features.add_arguments(parser)  # --migrate, --probe DIR, --strict-ops... (npu_migrate.launch.features)
     parser.add_argument("script", metavar="SCRIPT", help="The training script (or module with -m).")
     parser.add_argument("script_args", metavar="ARGS", nargs=argparse.REMAINDER,
                         help="Arguments for the script, passed through untouched.")
@@ -202,8 +198,6 @@ def _run(args: argparse.Namespace) -> int:
     if not args.dry_run:
         # Before the fork server starts: it imports torch, and the features must be armed there.
         features.prepare(jobs)
-    if args.strict_ops:  # before the fork server starts: every worker inherits it
-        os.environ["TORCH_NPU_FALLBACK_CPU_DISABLE"] = "1"
     methods: list[str] = []
     try:
         cfg = make_config(options, identity=target.identity(),
@@ -222,9 +216,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         code = run_job(cfg, target, methods[0])
     finally:
-        for line in npu_lines.COLLECTED.summary():
-            say(line)
-        code = features.finish(jobs, code)
+        code = features.finish(jobs, code, say)
     return int(code or 0)
 
 
@@ -239,4 +231,4 @@ def main(argv: list[str] | None = None) -> int:
         autoload.check_versions()
         return run(args)
 
-    return run_command(PROG, body)
+    return run_command(PROG, body, explain=autoload.explain)

@@ -2,7 +2,7 @@
 
 Usage::
 
-    # in the package that owns the feature (npu_migrate/migrate/launching.py, compare/launching.py)
+    # in the unit that owns the feature (npu_migrate/migrate/launching.py, compare/, ops/)
     class Migration:
         def add_arguments(self, parser): parser.add_argument("--migrate", action="store_true", ...)
         def for_job(self, args):              # check the flags; None when this job does not use it
@@ -11,49 +11,54 @@ Usage::
     FEATURE = Migration()                     # found through BUILT_IN, or: features.register(Migration())
 
     # in the launcher (npu_migrate/launch/cli.py)
-    for feature in features.active(): feature.add_arguments(parser)
-    jobs = features.jobs_for(args)            # every feature's check, before anything starts
-    for job in jobs: job.prepare()            # before the fork server: the workers inherit the environment
-    code = features.finish(jobs, code)        # after the job: reports, clean-up, maybe exit 1
+    features.add_arguments(parser)
+    jobs = features.jobs_for(args)            # every feature's checks, before anything starts
+    features.prepare(jobs)                    # before the fork server: the workers inherit the environment
+    code = features.finish(jobs, code, say)   # after the job: reports, clean-up, maybe exit 1
 
-The launcher knows features only through :class:`LaunchFeature` and :class:`FeatureJob`: it
-imports none of them. The built-in ones (runtime migration, the probe) are listed in
-:data:`BUILT_IN` by module name and imported when the launcher's parser is built, as pytest finds
-its default plugins, so ``python -m npu_migrate.launch --migrate`` works without the top-level
-CLI; :func:`register` adds others (a test, an extension). A feature module imports
-:mod:`npu_migrate.launch`'s modules, never the other way round.
+The launcher knows features only through the two protocols here, and a feature needs nothing from
+the launcher: the hooks get what they need as arguments (the parser, the flags, the device, the
+job's exit code, the launcher's line printer), so ``launch/`` imports no feature and no feature
+imports ``launch/``. The built-in ones (runtime migration, the probe, torch_npu's operator lines)
+are listed in :data:`BUILT_IN` by module name and imported when the launcher's parser is built, as
+pytest finds its default plugins, so ``python -m npu_migrate.launch --migrate`` works without the
+top-level CLI; :func:`register` adds others (a test, an extension).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
-from typing import Protocol
+from typing import Callable, Protocol
 
 BUILT_IN: tuple[str, ...] = (
     "npu_migrate.migrate.launching",   # --migrate, --migrate-report, --user-code
     "npu_migrate.compare.launching",   # --probe DIR and its filters
+    "npu_migrate.ops.launching",       # --strict-ops; the summary of torch_npu's operator lines
 )
-"""Modules whose ``FEATURE`` is a built-in launcher feature, in the order their hooks run."""
+"""Modules whose ``FEATURE`` is a built-in launcher feature. Hooks run in this order before the
+job, and in the reverse order after it (the last one prepared finishes first)."""
+
+Say = Callable[[str], None]
+"""The launcher's line printer: ``say("...")`` prints ``npu-migrate launch: ...`` on stderr."""
 
 _registered: list[LaunchFeature] = []
 _loaded = False
 
 
-class FeatureJob:
-    """One job's use of a feature, returned by :meth:`LaunchFeature.for_job`; every hook may be left as is."""
+class FeatureJob(Protocol):
+    """One job's use of a feature, returned by :meth:`LaunchFeature.for_job`."""
 
     def prepare(self) -> None:
         """Before the fork server starts (never with ``--dry-run``): export what the workers inherit."""
 
     def describe(self, device: str) -> str:
         """A note for the launcher's start-up line, e.g. ``CUDA calls migrated to npu`` ('' for none)."""
-        return ""
 
-    def finish(self, code: int | None) -> int | None:
-        """After the job: write reports, clean up. ``code``: the job's exit code, None when the
-        launcher itself failed. Return the exit code this feature wants (``code``, or a failure)."""
-        return code
+    def finish(self, code: int | None, say: Say) -> int | None:
+        """After the job: write reports, clean up, print lines with ``say``. ``code``: the job's exit
+        code, None when the launcher itself failed. Return the exit code this feature wants
+        (``code``, or a failure for a job that succeeded)."""
 
     def discard(self) -> None:
         """The job was refused or interrupted after :meth:`prepare` and before it started: clean up."""
@@ -66,8 +71,8 @@ class LaunchFeature(Protocol):
         """Add the feature's flags to the launcher's parser (before SCRIPT and its arguments)."""
 
     def for_job(self, args: argparse.Namespace) -> FeatureJob | None:
-        """Check the feature's flags (raise a ``UsageError``; nothing has started) and return this
-        job's hooks, or None when the job does not use the feature."""
+        """Check the feature's flags (raise ``npu_migrate.errors.UsageError``; nothing has started)
+        and return this job's hooks, or None when the job does not use the feature."""
 
 
 def register(feature: LaunchFeature) -> None:
@@ -120,13 +125,16 @@ def discard(jobs: list[FeatureJob]) -> None:
         job.discard()
 
 
-def finish(jobs: list[FeatureJob], code: int | None) -> int | None:
-    """Each job's :meth:`FeatureJob.finish`, the last prepared first; the job's code, or the first failure a
-    feature adds to a job that succeeded."""
+def finish(jobs: list[FeatureJob], code: int | None, say: Say) -> int | None:
+    """Each job's :meth:`FeatureJob.finish`, the last prepared first; every one runs even where one raises.
+
+    Returns:
+        The job's code, or the first failure a feature adds to a job that succeeded.
+    """
     result, failed = code, None
     for job in reversed(jobs):
         try:
-            wanted = job.finish(code)
+            wanted = job.finish(code, say)
         except BaseException as exc:  # the others still clean up; the first failure is raised after
             failed = failed or exc
             continue

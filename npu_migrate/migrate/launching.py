@@ -6,7 +6,8 @@ Usage::
     python -m npu_migrate.launch --migrate --migrate-report report.md --user-code src train.py
 
 The launcher finds :data:`FEATURE` through :data:`npu_migrate.launch.features.BUILT_IN` and
-calls its hooks (:class:`npu_migrate.launch.features.LaunchFeature`): the flags; before the fork
+calls its hooks (:class:`npu_migrate.launch.features.LaunchFeature`; this module imports nothing
+of the launcher): the flags; before the fork
 server starts, the environment that makes every worker migrate (:mod:`.environment`) and a
 directory each worker writes its record into; after the job, the merged report
 (:func:`npu_migrate.migrate.cli.write_report`). This module imports nothing heavy: the launcher
@@ -18,12 +19,12 @@ from __future__ import annotations
 import argparse
 import shutil
 import tempfile
+from typing import Callable
 
-from npu_migrate.launch.errors import LaunchUsageError, say
-from npu_migrate.launch.features import FeatureJob
+from npu_migrate.errors import UsageError
 
 
-class MigrationJob(FeatureJob):
+class MigrationJob:
     """One launched job with runtime migration: its report directory, its report."""
 
     def __init__(self, args: argparse.Namespace) -> None:
@@ -42,7 +43,7 @@ class MigrationJob(FeatureJob):
     def describe(self, device: str) -> str:
         return f"CUDA calls migrated to {device}"
 
-    def finish(self, code: int | None) -> int | None:
+    def finish(self, code: int | None, say: Callable[[str], None]) -> int | None:
         from npu_migrate.migrate.cli import write_report
 
         if self.report_dir is None:
@@ -76,9 +77,9 @@ class Migration:
 
     def for_job(self, args: argparse.Namespace) -> MigrationJob | None:
         if args.migrate_report and not args.migrate:
-            raise LaunchUsageError("--migrate-report needs --migrate: it reports what runtime migration redirected.")
+            raise UsageError("--migrate-report needs --migrate: it reports what runtime migration redirected.")
         if args.user_code and not args.migrate:
-            raise LaunchUsageError("--user-code needs --migrate: it says whose CUDA calls runtime migration redirects.")
+            raise UsageError("--user-code needs --migrate: it says whose CUDA calls runtime migration redirects.")
         return MigrationJob(args) if args.migrate else None
 
 

@@ -20,7 +20,7 @@ from conftest import ROOT, child_env, run_cli
 from npu_migrate.launch import features
 from npu_migrate.launch.cli import build_parser, main
 from npu_migrate.launch.config import make_config
-from npu_migrate.launch.features import FeatureJob
+from npu_migrate.launch.features import FeatureJob, LaunchFeature
 from npu_migrate.launch.options import LaunchOptions
 
 SPAWN_KEYWORDS = ("nproc", "nnodes", "node_rank", "addr", "port", "device", "log_dir", "max_restarts", "join_timeout",
@@ -28,14 +28,22 @@ SPAWN_KEYWORDS = ("nproc", "nnodes", "node_rank", "addr", "port", "device", "log
 """``spawn()``'s keyword arguments before the options object: callers pass them still."""
 
 
-def test_launch_imports_neither_migrate_nor_compare() -> None:
-    upward = []
-    for path in sorted((ROOT / "npu_migrate" / "launch").glob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
-                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            upward += [f"{path.name}: {n}" for n in names if n.startswith(("npu_migrate.migrate", "npu_migrate.compare"))]
-    assert upward == []
+def _imports(path: Path) -> list[str]:
+    names: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names.append(node.module or "")
+    return names
+
+
+def test_launch_imports_no_feature_and_no_feature_imports_launch() -> None:
+    launch = [f"{p.name}: {n}" for p in sorted((ROOT / "npu_migrate" / "launch").glob("*.py")) for n in _imports(p)
+              if n.startswith(("npu_migrate.migrate", "npu_migrate.compare"))]
+    assert launch == []
+    built_in = [ROOT / (name.replace(".", "/") + ".py") for name in features.BUILT_IN]
+    assert [f"{p.name}: {n}" for p in built_in for n in _imports(p) if n.startswith("npu_migrate.launch")] == []
 
 
 def test_parser_defaults_are_the_options_defaults() -> None:
@@ -80,7 +88,9 @@ def test_spawn_refuses_an_unknown_keyword_before_starting_anything() -> None:
 # --------------------------------------------------------------------------- features
 
 
-class Recorder(features.FeatureJob):
+class Recorder:
+    """A feature's job as an extension writes one: plain methods, nothing imported from the launcher."""
+
     def __init__(self, calls: list[str], name: str, wants: int | None = None, fails: bool = False) -> None:
         self.calls, self.name, self.wants, self.fails = calls, name, wants, fails
 
@@ -89,8 +99,12 @@ class Recorder(features.FeatureJob):
         if self.fails:
             raise RuntimeError("prepare failed")
 
-    def finish(self, code: int | None) -> int | None:
+    def describe(self, device: str) -> str:
+        return f"{self.name} on {device}"
+
+    def finish(self, code: int | None, say) -> int | None:
         self.calls.append(f"{self.name}.finish({code})")
+        say(f"{self.name} finished")
         return self.wants if self.wants is not None else code
 
     def discard(self) -> None:
@@ -113,7 +127,7 @@ class Fake:
 
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch):
-    feature = Fake()
+    feature: LaunchFeature = Fake()
     features.register(feature)
     monkeypatch.setenv("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")  # main() may set it: keep it to this test
     yield feature
@@ -135,13 +149,15 @@ def test_a_registered_feature_gets_its_flag_and_is_discarded_when_the_job_is_ref
 
 def test_hooks_run_in_order_and_a_feature_can_fail_a_job_that_succeeded() -> None:
     calls: list[str] = []
-    jobs = [Recorder(calls, "a"), Recorder(calls, "b", wants=1)]
+    said: list[str] = []
+    jobs: list[FeatureJob] = [Recorder(calls, "a"), Recorder(calls, "b", wants=1)]
     features.prepare(jobs)
-    assert features.finish(jobs, 0) == 1          # b's failure (a filter that matched nothing) ends the job 1
-    assert features.finish(jobs, 3) == 3          # the job's own failure stands
-    assert features.finish(jobs, None) is None    # the launcher failed: no feature turns that into a code
+    assert features.finish(jobs, 0, said.append) == 1        # b's failure (a filter that matched nothing) ends the job 1
+    assert features.finish(jobs, 3, said.append) == 3        # the job's own failure stands
+    assert features.finish(jobs, None, said.append) is None  # the launcher failed: no feature turns that into a code
     assert calls == ["a.prepare", "b.prepare", "b.finish(0)", "a.finish(0)", "b.finish(3)", "a.finish(3)",
                      "b.finish(None)", "a.finish(None)"]
+    assert said == ["b finished", "a finished"] * 3
     calls.clear()
     with pytest.raises(RuntimeError, match="prepare failed"):
         features.prepare([Recorder(calls, "a"), Recorder(calls, "b", fails=True), Recorder(calls, "c")])
