@@ -17,7 +17,6 @@ input that cannot be read, or a report that cannot be written (the command layer
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from npu_migrate.argparsing import OneLineParser, run_command
