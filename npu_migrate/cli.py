@@ -15,23 +15,24 @@ Each sub-command lives in its own module with ``build_parser(subparsers)`` and `
 the module of the command being run is imported, so ``--help``, ``--version``, ``port`` and
 ``check`` never import torch, and ``launch`` starts its fork server before torch is imported.
 
-Exit codes: 0 success, 1 failure, 2 usage error (argparse's, and every
-:class:`npu_migrate.errors.UsageError`), 130/143 when interrupted, 141 when the reader of the
-output went away (``| head``). Errors meant for the user are one line without a traceback.
+Exit codes, the same for every sub-command (:class:`npu_migrate.errors.ExitCode`, mapped in one
+place, :func:`npu_migrate.argparsing.run_command`): 0 success, 1 failure, 2 usage error or an input
+file that is missing, unreadable or malformed (argparse's, and every
+:class:`npu_migrate.errors.UsageError`), 130 Ctrl-C (a launched job also 143 for SIGTERM), 141
+when the reader of the output went away (``| head``). Errors meant for the user are one line
+without a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
-import errno
 import importlib
 import logging
-import os
 import sys
 from dataclasses import dataclass
 
-from npu_migrate import __version__
-from npu_migrate.argparsing import OneLineParser
+from npu_migrate import __version__, autoload
+from npu_migrate.argparsing import OneLineParser, run_command
 
 
 @dataclass(frozen=True)
@@ -44,24 +45,33 @@ class Command:
         help: shown by ``npu-migrate --help`` without importing ``module``.
         needs_torch: the command imports torch; torch's device-extension autoload is checked
             (and turned off for ``--device cpu``/``cuda``) before it does.
+        prog: the prefix of its error lines (``PROG: error: ...``); the command's own name
+            where its other lines carry it too (``npu-migrate launch: ...``).
     """
 
     name: str
     module: str
     help: str
     needs_torch: bool = True
+    prog: str = "npu-migrate"
 
 
 COMMANDS: tuple[Command, ...] = (
     Command("env", "npu_migrate.env", "Show the device family, backend, versions and settings this machine offers."),
     Command("smoke", "npu_migrate.smoke", "Run a tiny DDP job on this node to check devices, backend and collectives."),
-    Command("launch", "npu_migrate.launch", "Run a training script on every device of this node (torchrun's job)."),
+    Command("launch", "npu_migrate.launch", "Run a training script on every device of this node (torchrun's job).",
+            prog="npu-migrate launch"),
     Command("run", "npu_migrate.migrate.cli", "Run an unmodified CUDA script with its CUDA calls sent to this machine's devices."),
-    Command("port", "npu_migrate.port.cli", "Rewrite CUDA-only (or NPU-only) source into device-neutral source.", False),
-    Command("check", "npu_migrate.port.cli", "List what needs porting as path:line:col NMxxx message; exit 1 if anything does.", False),
-    Command("ops", "npu_migrate.ops.cli", "Audit which operators of a CUDA script the NPU runs or sends to the host."),
-    Command("compare", "npu_migrate.compare.cli", "Compare two runs' losses and per-module statistics; name the first culprit.", False),
-    Command("stacks", "npu_migrate.launch.stacks", "Print every rank's Python stack of a running launcher (PID).", False),
+    Command("port", "npu_migrate.port.cli", "Rewrite CUDA-only (or NPU-only) source into device-neutral source.", False,
+            prog="npu-migrate port"),
+    Command("check", "npu_migrate.port.cli", "List what needs porting as path:line:col NMxxx message; exit 1 if anything does.",
+            False, prog="npu-migrate check"),
+    Command("ops", "npu_migrate.ops.cli", "Audit which operators of a CUDA script the NPU runs or sends to the host.",
+            prog="npu-migrate ops"),
+    Command("compare", "npu_migrate.compare.cli", "Compare two runs' losses and per-module statistics; name the first culprit.",
+            False, prog="npu-migrate compare"),
+    Command("stacks", "npu_migrate.launch.stacks", "Print every rank's Python stack of a running launcher (PID).", False,
+            prog="npu-migrate stacks"),
 )
 _BY_NAME = {c.name: c for c in COMMANDS}
 
@@ -115,47 +125,21 @@ def build_parser(command: Command | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def _closed_pipe() -> int:
-    """The reader of our output went away (``| head``): end quietly, as a SIGPIPE would."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
-        pass
-    return 141
-
-
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI and return its exit code."""
-    from npu_migrate import autoload
-    from npu_migrate.errors import NpuMigrateError, exit_code
-    from npu_migrate.log import setup_logging
-
+    """Run the CLI and return its exit code (:func:`npu_migrate.argparsing.run_command` maps errors)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     command = _command_in(argv)
-    try:
-        if command is not None and command.needs_torch:
-            # Before the command's module is imported: some import torch (npu_migrate.migrate).
-            autoload.disable_unless_needed(_device_in(argv))
-            autoload.check_versions()
-        args = build_parser(command).parse_args(argv)
-        setup_logging(logging.DEBUG if args.verbose else logging.WARNING, names=("npu_migrate",))
-        return int(args.func(args) or 0)
-    except NpuMigrateError as exc:
-        print(f"npu-migrate: error: {exc}", file=sys.stderr)
-        return exit_code(exc)
-    except KeyboardInterrupt:
-        print("npu-migrate: interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        return _closed_pipe()
-    except OSError as exc:
-        if exc.errno == errno.EPIPE:
-            return _closed_pipe()
-        raise
-    except RuntimeError as exc:
-        line = autoload.explain(exc)
-        if line is None:
-            raise
-        print(f"npu-migrate: error: {line}", file=sys.stderr)
-        return 1
+    return run_command(command.prog if command else "npu-migrate", lambda: _run(argv), explain=autoload.explain)
+
+
+def _run(argv: list[str]) -> int:
+    from npu_migrate.log import setup_logging
+
+    command = _command_in(argv)
+    if command is not None and command.needs_torch:
+        # Before the command's module is imported: some import torch (npu_migrate.migrate).
+        autoload.disable_unless_needed(_device_in(argv))
+        autoload.check_versions()
+    args = build_parser(command).parse_args(argv)  # a usage error: argparse's line and SystemExit(2)
+    setup_logging(logging.DEBUG if args.verbose else logging.WARNING, names=("npu_migrate",))
+    return int(args.func(args) or 0)

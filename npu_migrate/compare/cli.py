@@ -9,18 +9,22 @@ Usage::
     npu-migrate compare A B --rtol 1e-3 --allow-failing-steps 2 --plot cmp.png --json cmp.json
 
 Prints a markdown summary (verdict, first step out of tolerance, max errors, first culprit
-module, what only one run has). Exit status: 0 within tolerance, 1 diverged, 2 usage error or
-unreadable input. Reading recordings never imports torch.
+module, what only one run has). Exit status: 0 within tolerance, 1 diverged, 2 usage error, or an
+input that cannot be read, or a report that cannot be written (the command layer's one rule,
+:func:`npu_migrate.argparsing.run_command`). Reading recordings never imports torch.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
-from npu_migrate.errors import NpuMigrateError
+from npu_migrate.argparsing import OneLineParser, run_command
+from npu_migrate.errors import InputError, NpuMigrateError, UsageError
 from npu_migrate.textsafe import printable
+
+PROG = "npu-migrate compare"
+"""The prefix of compare's error lines, under either entry point."""
 
 _DTYPES = ("float16", "bfloat16", "float32", "float64")
 
@@ -30,7 +34,7 @@ def build_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     description = ("Compare two training runs (--probe directories, --metrics JSON lines, or logs with --pattern) "
                    "step by step and module by module; exit 0 within tolerance, 1 diverged, 2 usage error.")
     if subparsers is None:
-        parser = argparse.ArgumentParser(prog="npu-migrate compare", description=description)
+        parser = OneLineParser(prog="npu-migrate compare", description=description)
     else:
         parser = subparsers.add_parser("compare", help="Compare two training runs.", description=description)
     parser.add_argument("a", metavar="A", help="The reference run: a --probe DIR, a JSONL file or a log.")
@@ -66,15 +70,13 @@ def build_parser(subparsers: Any = None) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Compare, print the summary, write what was asked; return 0, 1 or 2."""
+    """Compare, print the summary, write what was asked; return 0 or 1, raise a usage or input error (2)."""
     from npu_migrate.compare import report
     from npu_migrate.compare.tolerance import Tolerance
     from npu_migrate.compare.verdict import compare
 
     if args.atol is not None and args.exact:
-        print("npu-migrate compare: error: --exact allows no difference at all; drop --atol or drop --exact.",
-              file=sys.stderr)
-        return 2
+        raise UsageError("--exact allows no difference at all; drop --atol or drop --exact.")
     try:
         tolerance = Tolerance(rtol=args.rtol, atol=args.atol, exact=args.exact, dtype=args.dtype)
         result = compare(args.a, args.b, tolerance, allow_failing_steps=args.allow_failing_steps,
@@ -84,13 +86,11 @@ def run(args: argparse.Namespace) -> int:
             from npu_migrate.compare import plot
 
             plot.write_png(result, args.plot)
-    except (NpuMigrateError, ValueError, OSError) as exc:
-        print(f"npu-migrate compare: error: {printable(str(exc), 1000)}", file=sys.stderr)
-        return 2
+    except (NpuMigrateError, ValueError, OSError) as exc:  # the readers name the file and line
+        raise InputError(printable(str(exc), 1000)) from exc
     except RecursionError:  # the readers name the line where they meet one; this is the last resort
-        print("npu-migrate compare: error: an input is nested too deeply to be a recording; check that A and B are "
-              "the runs you meant.", file=sys.stderr)
-        return 2
+        raise InputError("an input is nested too deeply to be a recording; check that A and B are the runs you "
+                         "meant.") from None
     # Everything from the recordings was cleaned as it was read; this pass keeps the report so
     # whatever a later change lets through.
     text = printable(text, limit=len(text), keep_newlines=True)
@@ -103,12 +103,11 @@ def run(args: argparse.Namespace) -> int:
 
             fileio.write_private_atomic(args.markdown, text + "\n")
     except (NpuMigrateError, OSError) as exc:
-        print(f"npu-migrate compare: error: cannot write the report: {printable(str(exc), 1000)}", file=sys.stderr)
-        return 2
+        raise InputError(f"cannot write the report: {printable(str(exc), 1000)}") from exc
     return result.exit_code
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m npu_migrate.compare``."""
-    args = build_parser().parse_args(argv)
-    return run(args)
+    """``python -m npu_migrate.compare``: the same lines and exit codes as ``npu-migrate compare``."""
+    args = build_parser().parse_args(argv)  # a usage error: argparse's line and SystemExit(2)
+    return run_command(PROG, lambda: run(args))

@@ -17,7 +17,9 @@ OMP_NUM_THREADS and the interface that reaches node 0, has its device bound, and
 
 One concept per module:
 
+* :mod:`.options`: the options the user gave (:class:`LaunchOptions`: flags or ``spawn()``'s keywords);
 * :mod:`.config`: the checked settings of one node (:func:`make_config`), the world table;
+* :mod:`.features`: features that plug into the launcher (runtime migration, the probe);
 * :mod:`.cluster`: Slurm/Kubeflow variables, host lists, addresses, interfaces, cores;
 * :mod:`.rendezvous`: multi-node membership, heartbeats and the failure board (documented there);
 * :mod:`.worker`: the bootstrap of each worker process;
@@ -50,12 +52,13 @@ from npu_migrate.launch.config import (
     world_table,
 )
 from npu_migrate.launch.errors import JobFailed, LaunchError, LaunchUsageError
+from npu_migrate.launch.options import LaunchOptions
 from npu_migrate.launch.signals import STOP_GRACE_S
 from npu_migrate.launch.supervisor import spawn
 
 
 __all__ = [
     "CONTROL_PORT_OFFSET", "DEFAULT_NODE_TIMEOUT", "DEFAULT_PORT", "STOP_GRACE_S", "JobFailed", "LaunchConfig",
-    "LaunchError", "LaunchUsageError", "Target", "add_arguments", "build_parser", "main", "make_config", "run",
+    "LaunchError", "LaunchOptions", "LaunchUsageError", "Target", "add_arguments", "build_parser", "main", "make_config", "run",
     "spawn", "world_table",
 ]

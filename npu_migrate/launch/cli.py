@@ -7,9 +7,11 @@ Usage::
     python -m npu_migrate.launch --dry-run --device-num 2 train.py     # print the world, start nothing
     python -m npu_migrate.launch --print-env train.py                  # which scheduler, from which variables
 
-:func:`add_arguments` holds every flag (shared by both entry points; add new flags there),
-:func:`run` validates and starts the job, :func:`main` maps errors to exit codes: 0 ok, 1 the
-job or the launcher failed, 2 bad input, 128+N signal N.
+:func:`add_arguments` holds every flag (shared by both entry points; add new flags there; a
+feature's flags come from its :class:`.features.LaunchFeature`), :func:`run` validates and starts
+the job, :func:`main` parses and leaves the exit code to the command layer
+(:func:`npu_migrate.argparsing.run_command`): 0 ok, 1 the job or the launcher failed, 2 bad input,
+128+N signal N, 141 closed pipe.
 """
 
 from __future__ import annotations
@@ -18,29 +20,22 @@ import argparse
 import faulthandler
 import importlib.util
 import os
-import shutil
-import sys
-import tempfile
 from typing import Any
 
 from npu_migrate import autoload
-from npu_migrate.argparsing import OneLineParser
-from npu_migrate.errors import NpuMigrateError, exit_code
-from npu_migrate.launch import authstore
-from npu_migrate.launch.config import (
-    CONTROL_PORT_OFFSET,
-    DEFAULT_NODE_TIMEOUT,
-    DEFAULT_PORT,
-    Target,
-    make_config,
-    world_table,
-)
+from npu_migrate.argparsing import OneLineParser, run_command
+from npu_migrate.launch import authstore, features
+from npu_migrate.launch.config import CONTROL_PORT_OFFSET, DEFAULT_PORT, Target, make_config, world_table
 from npu_migrate.launch import hccl, ranktable, schedulers
 from npu_migrate.launch.errors import LaunchUsageError, say
 from npu_migrate.launch.forkserver import start_fork_server, stop_fork_server
-from npu_migrate.launch.output import DEFAULT_TEMPLATE, output_settings
+from npu_migrate.launch.options import DEFAULT_JOIN_TIMEOUT, DEFAULT_NODE_TIMEOUT, LaunchOptions
+from npu_migrate.launch.output import DEFAULT_TEMPLATE
 from npu_migrate.launch.watchdog import DEFAULT_HANG_TIMEOUT
 from npu_migrate.registry import FAMILY_CHOICES
+
+PROG = "npu-migrate launch"
+"""The prefix of the launcher's own lines and errors, under either entry point."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -82,7 +77,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-restarts", "--max_restarts", dest="max_restarts", type=int, default=0,
                         help="Restart the whole job this many times after a failure or a lost node "
                              "(default: %(default)s).")
-    parser.add_argument("--join-timeout", dest="join_timeout", type=float, default=600.0,
+    parser.add_argument("--join-timeout", dest="join_timeout", type=float, default=DEFAULT_JOIN_TIMEOUT,
                         help="Seconds to wait for the other nodes' launchers (default: %(default)s).")
     parser.add_argument("--node-timeout", dest="node_timeout", type=float, default=DEFAULT_NODE_TIMEOUT,
                         help="Seconds without a node's heartbeat before it counts as lost and the job "
@@ -111,16 +106,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Before the script, all-reduce once on the job's backend across every rank and "
                              "name the rank, host or interface that cannot be reached (default: off; it costs "
                              "one more start of the ranks' processes and a group join).")
-    parser.add_argument("--strict-ops", "--strict_ops", dest="strict_ops", action="store_true",
-                        help="Set TORCH_NPU_FALLBACK_CPU_DISABLE=1 for the job: an operator the NPU lacks fails "
-                             "instead of running on the CPU (torch_npu's fallback lines are listed per rank either way).")
-    parser.add_argument("--migrate", action="store_true",
-                        help="Runtime migration: the script's CUDA calls go to the chosen device (npu, or cpu for tests).")
-    parser.add_argument("--migrate-report", dest="migrate_report", default=None,
-                        help="With --migrate, merge what every rank redirected into FILE (.json or markdown).")
-    from npu_migrate.migrate import usercode  # torch-free
-
-    usercode.add_argument(parser)
     parser.add_argument("--dry-run", action="store_true",
                         help="Print every process's ranks, device, backend and environment; start nothing.")
     parser.add_argument("--print-env", "--print_env", dest="print_env", action="store_true",
@@ -134,9 +119,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "every pod has its NPUs).")
     parser.add_argument("-m", "--module", action="store_true",
                         help="Run SCRIPT as a module, like python -m.")
-    from npu_migrate.compare import settings as probe_settings  # --probe DIR and its filters
-
-    probe_settings.add_probe_arguments(parser)
+    features.add_arguments(parser)  # --migrate, --probe DIR, --strict-ops... (npu_migrate.launch.features)
     parser.add_argument("script", metavar="SCRIPT", help="The training script (or module with -m).")
     parser.add_argument("script_args", metavar="ARGS", nargs=argparse.REMAINDER,
                         help="Arguments for the script, passed through untouched.")
@@ -182,115 +165,70 @@ def print_env(environ: dict[str, str]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Validate, then launch (or print the world with --dry-run)."""
+    """Validate, then launch (or print the world with --dry-run); the fork server is stopped on any error."""
+    try:
+        return _run(args)
+    except BaseException:
+        stop_fork_server()  # it holds our stdout and stderr: a reader would wait for it
+        raise
+
+
+def _target(args: argparse.Namespace) -> Target:
+    if args.module:
+        if importlib.util.find_spec(args.script.split(".")[0]) is None:
+            raise LaunchUsageError(f"module {args.script!r} not found: check the name and that it is importable from here.")
+        return Target(module=args.script, args=tuple(args.script_args))
+    if not os.path.isfile(args.script):
+        raise LaunchUsageError(f"script {args.script!r} not found (working directory {os.getcwd()}).")
+    return Target(script=args.script, args=tuple(args.script_args))
+
+
+def _run(args: argparse.Namespace) -> int:
     from npu_migrate.launch.supervisor import run_job
 
     if args.print_env:
         print(print_env(dict(os.environ)))
         return 0
-    if args.module:
-        if importlib.util.find_spec(args.script.split(".")[0]) is None:
-            raise LaunchUsageError(f"module {args.script!r} not found: check the name and that it is importable from here.")
-        target = Target(module=args.script, args=tuple(args.script_args))
-    else:
-        if not os.path.isfile(args.script):
-            raise LaunchUsageError(f"script {args.script!r} not found (working directory {os.getcwd()}).")
-        target = Target(script=args.script, args=tuple(args.script_args))
+    target = _target(args)
     # Read once, then out of the environment the fork server and the workers inherit.
     authstore.use_secret(authstore.load_secret(args.secret_file))
     os.environ.pop(authstore.SECRET_ENV, None)
-    # Internal: --inherit-output keeps the workers on the launcher's descriptors (the benchmark's
-    # baseline for the relay's cost); it takes none of the relay's flags.
-    relayed = any((args.log_dir, args.tee, args.log_append, args.prefix_template is not None, args.ranks_filter))
-    if args.inherit_output and relayed:
-        raise LaunchUsageError("--inherit-output takes no --log-dir, --tee, --log-append, prefix or filter.")
-    output = output_settings(args.prefix_template, args.ranks_filter, args.tee, args.log_dir, args.log_append,
-                             relay=not args.inherit_output)
-    if args.migrate_report and not args.migrate:
-        raise LaunchUsageError("--migrate-report needs --migrate: it reports what runtime migration redirected.")
-    if args.user_code and not args.migrate:
-        raise LaunchUsageError("--user-code needs --migrate: it says whose CUDA calls runtime migration redirects.")
-    if args.migrate and not args.dry_run:
-        from npu_migrate.migrate import usercode  # torch-free: checks --user-code before anything starts
-
-        usercode.export(args.user_code, usercode.script_of(args.script, args.module))
-    from npu_migrate.compare import settings as probe_settings
-
-    probe = probe_settings.from_args(args)
-    if probe is not None and not args.dry_run:
-        # Before the fork server starts: it imports torch, and the probe must be armed there.
-        probe.prepare_directory(args.nproc * (args.nnodes or 1) if args.nproc else None)
-        probe.export()
-    report_dir = None
-    if args.migrate and not args.dry_run:
-        # Before the fork server starts: it imports torch, and the migration must be armed there.
-        from npu_migrate.migrate import environment as migrate_env
-
-        report_dir = tempfile.mkdtemp(prefix="npu_migrate_report_")  # also for the warning of a job that met no CUDA call
-        migrate_env.export_environment(args.device, args.nproc or 1, report_dir)
-    if args.strict_ops:  # before the fork server starts: every worker inherits it
-        os.environ["TORCH_NPU_FALLBACK_CPU_DISABLE"] = "1"
+    options = LaunchOptions.from_args(args)
+    jobs = features.jobs_for(args)  # every feature checks its flags before anything starts
+    if not args.dry_run:
+        # Before the fork server starts: it imports torch, and the features must be armed there.
+        features.prepare(jobs)
     methods: list[str] = []
     try:
-        cfg = make_config(args.nproc, args.nnodes, args.node_rank, args.addr, args.port, args.device,
-                          args.log_dir, args.max_restarts, args.join_timeout,
-                          before_device=None if args.dry_run else lambda: methods.append(start_fork_server()),
-                          job_id=args.job_id, node_timeout=args.node_timeout, identity=target.identity(),
-                          hang_timeout=args.hang_timeout, hang_action=args.hang_action, error_file=args.error_file,
-                          preflight=args.preflight, output=output, rank_table_timeout=args.rank_table_timeout)
-    except BaseException as exc:
-        if isinstance(exc, NpuMigrateError):
-            stop_fork_server()
-        if report_dir:  # refused (or interrupted) before the job: no worker will write into it
-            shutil.rmtree(report_dir, ignore_errors=True)
+        cfg = make_config(options, identity=target.identity(),
+                          before_device=None if args.dry_run else lambda: methods.append(start_fork_server()))
+    except BaseException:
+        features.discard(jobs)  # refused (or interrupted) before the job: no worker will use what they made
         raise
     if args.dry_run:
         print(world_table(cfg, target))
         return 0
-    migrating = f", CUDA calls migrated to {cfg.device}" if args.migrate else ""
+    notes = "".join(f", {note}" for note in (job.describe(cfg.device) for job in jobs) if note)
     threads = f", {cfg.omp_threads} thread(s) per rank" if cfg.omp_threads else ""
     say(f"node {cfg.node_rank} of {cfg.nnodes}: {cfg.nproc} process(es) on {cfg.device} with {cfg.backend}, "
-        f"master {cfg.addr}:{cfg.port}, {cfg.net_note}{threads} (settings from {cfg.sources}){migrating}")
+        f"master {cfg.addr}:{cfg.port}, {cfg.net_note}{threads} (settings from {cfg.sources}){notes}")
     code: int | None = None
     try:
         code = run_job(cfg, target, methods[0])
-        return probe_settings.finish_job(probe, code)
-    except NpuMigrateError:
-        stop_fork_server()
-        raise
     finally:
-        from npu_migrate.ops import npu_lines
-
-        for line in npu_lines.COLLECTED.summary():
-            say(line)
-        if report_dir:
-            from npu_migrate.migrate.cli import write_report
-
-            line = write_report(report_dir, args.migrate_report, job_failed=code != 0)
-            if line:
-                say(line)
-            shutil.rmtree(report_dir, ignore_errors=True)
+        code = features.finish(jobs, code, say)
+    return int(code or 0)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m npu_migrate.launch``: the same job and exit codes as ``npu-migrate launch``."""
-    args = build_parser().parse_args(argv)
+    """``python -m npu_migrate.launch``: the same job, lines and exit codes as ``npu-migrate launch``."""
+    args = build_parser().parse_args(argv)  # a usage error: argparse's line and SystemExit(2)
     if not faulthandler.is_enabled():  # a crash of the launcher itself shows where it was
         faulthandler.enable()
-    try:
+
+    def body() -> int:
         autoload.disable_unless_needed(args.device)
         autoload.check_versions()
         return run(args)
-    except NpuMigrateError as exc:
-        say(f"error: {exc}")
-        return exit_code(exc)
-    except BrokenPipeError:  # `--dry-run | head`: the reader left
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 141
-    except RuntimeError as exc:
-        line = autoload.explain(exc)
-        if line is None:
-            raise
-        stop_fork_server()
-        say(f"error: {line}")
-        return 1
+
+    return run_command(PROG, body, explain=autoload.explain)

@@ -2,11 +2,13 @@
 
 Usage::
 
-    cfg = make_config(nproc=2, nnodes=2, node_rank=1, addr="10.0.0.1", port=29500)
+    cfg = make_config(LaunchOptions(nproc=2, nnodes=2, node_rank=1, addr="10.0.0.1", port=29500))
+    cfg = make_config(nproc=2, nnodes=2, node_rank=1, addr="10.0.0.1", port=29500)   # the same
     cfg.worker_env(local_rank=1)     # RANK=3 LOCAL_RANK=1 WORLD_SIZE=4 ... OMP_NUM_THREADS ...
     print(world_table(cfg, Target(script="train.py")))   # --dry-run
 
-Settings come from the flags, then the scheduler's environment (:mod:`.schedulers`: Slurm,
+The options the user gave (:class:`.options.LaunchOptions`: flags, or ``spawn()``'s keyword
+arguments) come first, then the scheduler's environment (:mod:`.schedulers`: Slurm,
 AscendJob, Volcano, Kubeflow, Ray, plain variables) and an HCCL rank table (:mod:`.ranktable`),
 then single-node defaults. Input that cannot work is refused here, in one line, before anything
 starts: ports inside HCCL's range (:mod:`.hccl`), more CPU processes than
@@ -24,6 +26,7 @@ from typing import Any, Callable
 
 from npu_migrate.launch import cluster, hccl, ranktable, schedulers
 from npu_migrate.launch.errors import LaunchError, LaunchUsageError
+from npu_migrate.launch.options import DEFAULT_JOIN_TIMEOUT, DEFAULT_NODE_TIMEOUT, LaunchOptions
 from npu_migrate.launch.output import OutputSettings
 from npu_migrate.launch.watchdog import effective_timeout
 
@@ -32,9 +35,6 @@ DEFAULT_PORT = 29500
 
 CONTROL_PORT_OFFSET = 1
 """Node 0's launcher serves the rendezvous store on MASTER_PORT + this (multi-node jobs only)."""
-
-DEFAULT_NODE_TIMEOUT = 20.0
-"""Seconds without a heartbeat after which a node counts as lost (checked every tenth of it)."""
 
 CPU_PROCESSES_PER_CORE = 16
 """Most CPU ranks per core: CPU ranks are for tests and debugging, each is a Python process with
@@ -90,7 +90,7 @@ class LaunchConfig:
     backend: str = "gloo"
     log_dir: str | None = None
     max_restarts: int = 0
-    join_timeout: float = 600.0
+    join_timeout: float = DEFAULT_JOIN_TIMEOUT
     sources: str = "defaults"
     omp_threads: int | None = None
     job_id: str = "npu_migrate"
@@ -303,73 +303,46 @@ def _accelerators(spec: Any) -> int:
 
 
 def make_config(
-    nproc: int | None = None,
-    nnodes: int | None = None,
-    node_rank: int | None = None,
-    addr: str | None = None,
-    port: int | None = None,
-    device: str | None = None,
-    log_dir: str | None = None,
-    max_restarts: int = 0,
-    join_timeout: float = 600.0,
+    options: LaunchOptions | int | None = None,
+    /,
+    *,
     environ: dict[str, str] | None = None,
     before_device: Callable[[], Any] | None = None,
-    job_id: str | None = None,
-    node_timeout: float = DEFAULT_NODE_TIMEOUT,
     identity: str = "",
-    hang_timeout: float | None = None,
-    hang_action: str = "end",
-    error_file: str | None = None,
-    preflight: bool | None = None,
-    output: OutputSettings | None = None,
-    rank_table_timeout: float | None = None,
+    **given: Any,
 ) -> LaunchConfig:
-    """Check the launcher's input and fill in what is missing; start nothing.
+    """Check the launcher's options and fill in what is missing; start nothing.
 
     Flags win; then the scheduler's environment and the rank table (:mod:`.schedulers`,
     :mod:`.ranktable`); then single-node defaults.
 
     Args:
+        options: what the user asked for (:class:`.options.LaunchOptions`; an int is the process
+            count). Keyword arguments named as its fields override it: ``make_config(nproc=2)``.
+        environ: the environment to read the scheduler from (default: this process's).
         before_device: called after the checks that need no torch and before the device
             family is resolved (the launcher starts its fork server there).
-        job_id: the job's token (default: Slurm's job id, TORCHELASTIC_RUN_ID, or a hash of
-            the address, port and ``identity``).
-        node_timeout: seconds without a heartbeat before a node counts as lost.
-        identity: what the job runs, the same on every node (:meth:`Target.identity`).
-        hang_timeout: seconds without progress before a hang is reported (None: the default
-            for the world size, :func:`npu_migrate.launch.watchdog.effective_timeout`; 0: off).
-        hang_action: ``"end"`` or ``"report"``.
-        error_file: the JSON report's path (``--error-file``).
-        preflight: the pre-flight all-reduce (None: off; see :mod:`.preflight` for why).
-        output: the checked output flags (:func:`npu_migrate.launch.output.output_settings`).
-        rank_table_timeout: seconds to wait for ``RANK_TABLE_FILE`` to be completed (None:
-            ``NPU_MIGRATE_RANK_TABLE_TIMEOUT``, else :data:`.ranktable.DEFAULT_TIMEOUT`).
+        identity: what the job runs, the same on every node (:meth:`Target.identity`), for the
+            default job id.
 
     Raises:
         LaunchUsageError: input that cannot work, as one line.
         LaunchError: a port already in use.
         UnknownDeviceError, DeviceUnavailableError: from the device layer.
+        TypeError: a keyword that is no launch option.
     """
+    opts = LaunchOptions.build(options, **given)
     environ = dict(os.environ if environ is None else environ)
-    plain = _plain_settings(nproc, nnodes, node_rank, addr, port, max_restarts, environ, rank_table_timeout)
+    plain = _plain_settings(opts.nproc, opts.nnodes, opts.node_rank, opts.addr, opts.port, opts.max_restarts, environ,
+                            opts.rank_table_timeout)
     found: schedulers.Detected = plain.pop("found")
     hccl_ports: hccl.PortRange = plain.pop("hccl_ports")
     port_from: str = plain.pop("port_from")
     nproc = plain.pop("nproc")
     ranks: tuple[int, ...] = plain.pop("ranks")
-    if job_id is not None and (not job_id or any(c.isspace() or c == "/" for c in job_id)):
-        raise LaunchUsageError(f"--job-id {job_id!r} is not usable: expected a non-empty name without spaces or '/'.")
-    if node_timeout < 3:
-        raise LaunchUsageError(f"--node-timeout {node_timeout:g} is too short: expected 3 seconds or more.")
-    if hang_timeout is not None and hang_timeout < 0:
-        raise LaunchUsageError(f"--hang-timeout {hang_timeout:g} is negative: expected seconds, or 0 to turn hang detection off.")
-    if hang_action not in ("end", "report"):
-        raise LaunchUsageError(f"--hang-action {hang_action!r} is not one of: end, report.")
-    if error_file is not None and os.path.isdir(error_file):
-        raise LaunchUsageError(f"--error-file {error_file!r} is a directory: expected a file name, e.g. {os.path.join(error_file, 'error.json')}.")
-    if join_timeout <= 0:
-        raise LaunchUsageError(f"--join-timeout {join_timeout:g} is not positive: expected seconds to wait for the other nodes.")
-    output = output or OutputSettings()
+    opts.check()
+    log_dir, device = opts.log_dir, opts.device
+    output = opts.output or OutputSettings()
     if nproc is not None:  # before the fork server starts, where the count is known already
         output.check(nproc, log_dir, plain["node_rank"])
     if before_device is not None:
@@ -412,11 +385,11 @@ def make_config(
     net_env, net_note = cluster.network_env(plain["addr"], backend, environ, multi_node=plain["nnodes"] > 1)
     return LaunchConfig(
         nproc=nproc, device=spec.name, backend=backend, log_dir=log_dir,
-        max_restarts=max_restarts, join_timeout=join_timeout, omp_threads=omp,
-        job_id=job_id or default_job_id(plain["addr"], plain["port"], identity, environ),
-        node_timeout=node_timeout, net_env=tuple(sorted(net_env.items())), net_note=net_note,
-        hang_timeout=effective_timeout(hang_timeout, plain["nnodes"] * nproc), hang_action=hang_action,
-        error_file=os.path.abspath(error_file) if error_file else None, preflight=bool(preflight),
+        max_restarts=opts.max_restarts, join_timeout=opts.join_timeout, omp_threads=omp,
+        job_id=opts.job_id or default_job_id(plain["addr"], plain["port"], identity, environ),
+        node_timeout=opts.node_timeout, net_env=tuple(sorted(net_env.items())), net_note=net_note,
+        hang_timeout=effective_timeout(opts.hang_timeout, plain["nnodes"] * nproc), hang_action=opts.hang_action,
+        error_file=os.path.abspath(opts.error_file) if opts.error_file else None, preflight=bool(opts.preflight),
         output=output, ranks=ranks, scheduler=found.scheduler.value,
         agreed=tuple(sorted(hccl.agreed_values(environ).items())), rank_table=found.rank_table, **plain,
     )

@@ -636,23 +636,7 @@ def run_job(cfg: LaunchConfig, target: Target, start_method: str) -> int:
         stop_fork_server()
 
 
-def spawn(
-    fn: Callable[..., Any],
-    args: Sequence[Any] = (),
-    *,
-    nproc: int | None = None,
-    nnodes: int | None = None,
-    node_rank: int | None = None,
-    addr: str | None = None,
-    port: int | None = None,
-    device: str | None = None,
-    log_dir: str | None = None,
-    max_restarts: int = 0,
-    join_timeout: float = 600.0,
-    job_id: str | None = None,
-    node_timeout: float = DEFAULT_NODE_TIMEOUT,
-    output: OutputSettings | None = None,
-) -> None:
+def spawn(fn: Callable[..., Any], args: Sequence[Any] = (), options: Any = None, **settings: Any) -> None:
     """Run ``fn(local_rank, *args)`` in one process per device of this node, as ``mp.spawn`` would.
 
     Every process gets torchrun's variables for its global rank (node rank x nproc + local rank),
@@ -661,18 +645,27 @@ def spawn(
     on the command line; ``output=output_settings(template="", ...)`` (:mod:`.output`) sets the
     prefix, console filter and ``tee`` there.
 
+    Args:
+        fn: the function every process runs.
+        args: its arguments after the local rank.
+        options: a :class:`npu_migrate.launch.options.LaunchOptions` (the command line's options).
+        settings: the same options as keywords, over ``options``: ``nproc``, ``nnodes``,
+            ``node_rank``, ``addr``, ``port``, ``device``, ``log_dir``, ``max_restarts``,
+            ``join_timeout``, ``job_id``, ``node_timeout``, ``output`` and the others
+            :class:`~npu_migrate.launch.options.LaunchOptions` lists.
+
     Raises:
         LaunchError: bad input; nothing was started.
         JobFailed: a rank failed (its rank, host and error are in the message) or the launcher
             was interrupted.
+        TypeError: a keyword that is no launch option.
     """
     methods: list[str] = []
     target = Target(fn=fn, args=tuple(args))
     try:
-        cfg = make_config(nproc, nnodes, node_rank, addr, port, device, log_dir, max_restarts, join_timeout,
-                          before_device=lambda: methods.append(start_fork_server()), job_id=job_id,
-                          node_timeout=node_timeout, identity=target.identity(), output=output)
-    except NpuMigrateError:
+        cfg = make_config(options, before_device=lambda: methods.append(start_fork_server()),
+                          identity=target.identity(), **settings)
+    except BaseException:
         stop_fork_server()
         raise
     code = run_job(cfg, target, methods[0])

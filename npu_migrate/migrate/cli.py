@@ -21,7 +21,8 @@ import sys
 import tempfile
 from typing import Any
 
-from npu_migrate.errors import NpuMigrateError, UsageError
+from npu_migrate.argparsing import OneLineParser
+from npu_migrate.errors import InputError, UsageError
 from npu_migrate.registry import FAMILY_CHOICES
 
 
@@ -29,7 +30,7 @@ def build_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     """Add ``run`` to ``subparsers`` (or make a stand-alone parser)."""
     description = "Run a CUDA script once, in this process, with its CUDA calls sent to the chosen device."
     if subparsers is None:
-        parser = argparse.ArgumentParser(prog="npu-migrate run", description=description)
+        parser = OneLineParser(prog="npu-migrate run", description=description)
     else:
         parser = subparsers.add_parser("run", help="Run a CUDA script with runtime migration.", description=description)
     parser.add_argument("--device", default=None, choices=FAMILY_CHOICES,
@@ -90,12 +91,16 @@ def run(args: argparse.Namespace) -> int:
     if args.device_num is not None and args.device_num < 1:
         raise UsageError(f"--device-num {args.device_num} is not positive: expected 1 or more devices.")
     if not args.module and not os.path.isfile(args.script):
-        raise UsageError(f"script {args.script!r} not found (working directory {os.getcwd()}).")
+        raise InputError(f"script {args.script!r} not found (working directory {os.getcwd()}).")
     from npu_migrate.compare import settings as probe_settings
 
-    probe = probe_settings.from_args(args)
+    try:
+        probe = probe_settings.from_args(args)
+        if probe is not None:
+            probe.prepare_directory()
+    except probe_settings.ProbeError as exc:  # flags or a directory that cannot be used: nothing has run
+        raise UsageError(str(exc)) from None
     if probe is not None:
-        probe.prepare_directory()
         probe.export()  # processes the script starts record too
     from npu_migrate.migrate import usercode
 

@@ -26,7 +26,8 @@ import socket
 import sys
 from typing import Any, Iterator
 
-from npu_migrate.errors import UsageError
+from npu_migrate.argparsing import OneLineParser
+from npu_migrate.errors import InputError, UsageError
 
 _ONE_RANK = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": "0",
              "MASTER_ADDR": "127.0.0.1"}
@@ -37,7 +38,7 @@ def build_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     description = ("Run a CUDA training script for a few optimizer steps on this CPU and report, for one torch-npu "
                    "release, which of its operators run on the NPU, decompose, or fall back to the host.")
     if subparsers is None:
-        parser = argparse.ArgumentParser(prog="npu-migrate ops", description=description)
+        parser = OneLineParser(prog="npu-migrate ops", description=description)
     else:
         parser = subparsers.add_parser("ops", help="Audit a script's operators against a torch-npu release.",
                                        description=description)
@@ -196,7 +197,7 @@ def run(args: argparse.Namespace) -> int:
     if args.seconds is not None and args.seconds <= 0:
         raise UsageError(f"--seconds {args.seconds:g} is not positive: expected a time limit above 0, or leave it out.")
     if not args.module and not os.path.isfile(args.script):
-        raise UsageError(f"script {args.script!r} not found (working directory {os.getcwd()}).")
+        raise InputError(f"script {args.script!r} not found (working directory {os.getcwd()}).")
     for flag, path in (("--json", args.json_path), ("--markdown", args.markdown_path)):
         folder = os.path.dirname(os.path.abspath(path)) if path else None
         if folder and not os.path.isdir(folder):

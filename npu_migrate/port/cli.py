@@ -10,8 +10,10 @@ Usage::
     npu-migrate port nb.ipynb --out ported/         # notebooks: code cells ported, the rest kept
     npu-migrate port --list-rules
 
-Exit codes: 0 fine; 1 a file failed to parse (it is reported and copied unchanged), or ``check``
-found something; 2 usage errors.
+Exit codes (the command layer's one rule, :func:`npu_migrate.argparsing.run_command`): 0 fine; 1 a
+file failed to parse or read (it is reported, copied unchanged where it could be read, and the
+rest go on), or ``check`` found something; 2 usage errors, a missing PATH, an output that cannot be
+written; 141 the reader of the output went away.
 
 ``--in-place`` policy: before a changed file is overwritten, its original is saved next to it as
 ``FILE.orig``. If any such backup already exists nothing at all is written, so a backup is never
@@ -32,16 +34,14 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Optional, Sequence
 
+from npu_migrate.argparsing import OneLineParser
+from npu_migrate.errors import InputError, UsageError, is_closed_pipe
 from npu_migrate.port import PortSyntaxError, port_source
 from npu_migrate.port.report import FileResult, to_json, to_markdown, totals
 from npu_migrate.port.rules import RULES, STYLES, select_rules
 
 _SKIP_DIRS = {".git", ".hg", ".svn", "__pycache__", ".ipynb_checkpoints"}
 _PYTHON_SUFFIXES = (".py", ".ipynb")
-
-
-class UsageError(Exception):
-    """A bad command line that argparse cannot see (exit 2)."""
 
 
 # --------------------------------------------------------------------------- parser
@@ -67,7 +67,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 def build_parser(subparsers: Optional[argparse._SubParsersAction] = None) -> argparse.ArgumentParser:
     """Add the ``port`` and ``check`` sub-commands to ``subparsers`` (or a new parser); return ``port``'s."""
     if subparsers is None:
-        root = argparse.ArgumentParser(prog="npu-migrate")
+        root = OneLineParser(prog="npu-migrate")
         subparsers = root.add_subparsers(dest="command", required=True)
     port = subparsers.add_parser(
         "port", help="Rewrite CUDA-only PyTorch source into device-neutral source.",
@@ -106,7 +106,7 @@ def _collect(paths: Sequence[str], out: Optional[Path]) -> list[tuple[Path, str,
     for given in paths:
         p = Path(given)
         if not p.exists():
-            raise UsageError(f"{given}: no such file or directory. Pass existing files or directories.")
+            raise InputError(f"{given}: no such file or directory. Pass existing files or directories.")
         roots.append((given, p.resolve()))
     prefix_names = len(roots) > 1
     names = [root.name for _, root in roots]
@@ -274,19 +274,18 @@ def _write_reports(args: argparse.Namespace, results: Sequence[FileResult]) -> N
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``port`` or ``check`` with parsed arguments and return the exit code."""
+    """Run ``port`` or ``check`` with parsed arguments and return the exit code.
+
+    Raises:
+        UsageError: a bad command line argparse cannot see (exit 2).
+        InputError: an input or output path that cannot be read or written (exit 2).
+    """
     try:
         return _run(args)
-    except UsageError as exc:
-        print(f"npu-migrate {args.mode}: error: {exc}", file=sys.stderr)
-        return 2
-    except BrokenPipeError:  # `npu-migrate port src | head`: the reader left; say nothing more
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1
-    except OSError as exc:  # unreadable input, unwritable --out: one line, no traceback
-        print(f"npu-migrate {args.mode}: error: {exc.strerror or exc}: {exc.filename or ''}. "
-              "Check the path and its permissions.", file=sys.stderr)
-        return 1
+    except OSError as exc:  # unreadable input, unwritable --out or report: one line, no traceback
+        if is_closed_pipe(exc):  # `npu-migrate port src | head`: the command layer ends quietly
+            raise
+        raise InputError(f"{exc.strerror or exc}: {exc.filename or ''}. Check the path and its permissions.") from exc
 
 
 def _run(args: argparse.Namespace) -> int:

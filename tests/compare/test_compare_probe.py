@@ -135,15 +135,15 @@ def test_launcher_refuses_an_existing_directory_and_stray_flags(tmp_path: Path) 
     (tmp_path / "old").mkdir()
     (tmp_path / "old" / "rank0.jsonl").write_text("{}\n")
     result = launch(tmp_path, "--probe", str(tmp_path / "old"))
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert "already exists with 1 file(s); nothing was overwritten" in result.stderr
     assert "--probe-append" in result.stderr and (tmp_path / "old" / "rank0.jsonl").read_text() == "{}\n"
     result = launch(tmp_path, "--probe-level", "modules")
-    assert result.returncode == 1 and "--probe-level needs --probe DIR" in result.stderr
+    assert result.returncode == 2 and "--probe-level needs --probe DIR" in result.stderr
     result = launch(tmp_path, "--probe", str(tmp_path / "new"), "--probe-modules", "x")
-    assert result.returncode == 1 and "add --probe-level modules" in result.stderr
+    assert result.returncode == 2 and "add --probe-level modules" in result.stderr
     result = launch(tmp_path, "--probe", str(tmp_path / "new"), "--probe-level", "modules", "--probe-modules", "(")
-    assert result.returncode == 1 and "is not a regular expression" in result.stderr
+    assert result.returncode == 2 and "is not a regular expression" in result.stderr
 
 
 @pytest.fixture(scope="module")
