@@ -33,7 +33,6 @@ MAX_LINES = 400
 # A module over MAX_LINES needs its reason here, and only here.
 LONG_MODULES: dict[str, str] = {
     # Other helpers split these under issue 23; the lead removes each entry at merge.
-    "npu_migrate/launch/config.py": "being split (issue 23)",
     "npu_migrate/launch/supervisor.py": "being split (issue 23)",
     "npu_migrate/launch/rendezvous.py": "being split (issue 23)",
 }
@@ -65,16 +64,6 @@ FLOORS: dict[str, frozenset[str]] = {
 
 # Upward imports waiting for a fix, (importer, imported) -> reason. Remove an entry with its import.
 KNOWN_UPWARD: dict[tuple[str, str], str] = {
-    ("npu_migrate.launch.cli", "npu_migrate.migrate.cli"):
-        "write_report: another helper of issue 23 removes it (the command layer); the lead removes this entry",
-    ("npu_migrate.launch.cli", "npu_migrate.migrate.usercode"):
-        "launch/cli.run hard-codes migration's set-up; issue 23's feature hook interface removes it",
-    ("npu_migrate.launch.cli", "npu_migrate.migrate.environment"):
-        "launch/cli.run hard-codes migration's set-up; issue 23's feature hook interface removes it",
-    ("npu_migrate.launch.cli", "npu_migrate.compare.settings"):
-        "launch/cli.run hard-codes the probe's set-up; issue 23's feature hook interface removes it",
-    ("npu_migrate.launch.cli", "npu_migrate.ops.npu_lines"):
-        "the launcher prints the ops audit's torch_npu-line summary; a feature hook (issue 23) would carry it",
     ("npu_migrate.launch.output", "npu_migrate.ops.npu_lines"):
         "the line relay feeds the ops audit's torch_npu-line counter; a feature hook (issue 23) would carry it",
     ("npu_migrate.launch.report", "npu_migrate.ops.npu_lines"):

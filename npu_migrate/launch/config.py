@@ -28,23 +28,14 @@ from npu_migrate.launch import cluster, hccl, ranktable, schedulers
 from npu_migrate.launch.errors import LaunchError, LaunchUsageError
 from npu_migrate.launch.options import DEFAULT_JOIN_TIMEOUT, DEFAULT_NODE_TIMEOUT, LaunchOptions
 from npu_migrate.launch.output import OutputSettings
+from npu_migrate.launch.ports import CONTROL_PORT_OFFSET, DEFAULT_PORT, _port_is_free, pick_free_port  # noqa: F401 (re-exported)
 from npu_migrate.launch.watchdog import effective_timeout
-
-DEFAULT_PORT = 29500
-"""MASTER_PORT when several nodes are launched and no --port is given (torchrun's default)."""
-
-CONTROL_PORT_OFFSET = 1
-"""Node 0's launcher serves the rendezvous store on MASTER_PORT + this (multi-node jobs only)."""
 
 CPU_PROCESSES_PER_CORE = 16
 """Most CPU ranks per core: CPU ranks are for tests and debugging, each is a Python process with
 torch loaded (hundreds of MB) and gloo connects every pair of them, so far beyond a few per core the
 node swaps and thrashes instead of running the job (``--device-num 1000000`` would fork until the
 host falls over)."""
-
-_FREE_PORT_TRIES = 64
-"""Draws of an OS-chosen port before giving up on one outside HCCL's range (16 of ~28000 ports)."""
-
 
 @dataclass(frozen=True)
 class LaunchConfig:
@@ -172,27 +163,6 @@ class Target:
 def _slurm_first_host(nodelist: str) -> str:
     """First host of a Slurm node list: ``gpu[07-09,12],cpu1`` -> ``gpu07``."""
     return cluster.expand_hostlist(nodelist, use_scontrol=False)[0]
-
-
-def _port_is_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as TCPStore binds
-        try:
-            sock.bind(("", port))
-        except OSError:
-            return False
-    return True
-
-
-def pick_free_port(avoid: hccl.PortRange) -> int:
-    """A port the OS calls free, outside HCCL's host range (the OS may hand out 60000-60015)."""
-    for _ in range(_FREE_PORT_TRIES):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind(("", 0))
-            port = int(sock.getsockname()[1])
-        if port not in avoid and port + CONTROL_PORT_OFFSET not in avoid:
-            return port
-    raise LaunchError(f"the OS offered only ports inside HCCL's range {avoid.describe()}: pass --port.")
 
 
 def _plain_settings(
