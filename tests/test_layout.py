@@ -40,7 +40,7 @@ LONG_MODULES: dict[str, str] = {
 # Units, lowest first. A unit is a subpackage of npu_migrate or one of its top-level modules;
 # each may import itself and the units listed for it, nothing else.
 BASE = frozenset({"errors", "log", "textsafe", "redact", "fileio", "registry", "argparsing", "_torch_hook",
-                  "cuda_api"})
+                  "cuda_api", "npu_lines"})
 """Standard-library helpers every layer uses (errors, safe text, private files, the device and CUDA tables)."""
 DEVICE = frozenset({"autoload", "device", "distributed", "_exit", "__init__"})
 """Device selection and the process group; ``__init__`` is the lazy facade over them (PEP 562)."""
@@ -64,10 +64,6 @@ FLOORS: dict[str, frozenset[str]] = {
 
 # Upward imports waiting for a fix, (importer, imported) -> reason. Remove an entry with its import.
 KNOWN_UPWARD: dict[tuple[str, str], str] = {
-    ("npu_migrate.launch.output", "npu_migrate.ops.npu_lines"):
-        "the line relay feeds the ops audit's torch_npu-line counter; a feature hook (issue 23) would carry it",
-    ("npu_migrate.launch.report", "npu_migrate.ops.npu_lines"):
-        "the error file carries the ops audit's torch_npu lines per rank; a feature hook (issue 23) would carry it",
 }
 
 # docs/architecture.md, "Import floors": modules that import no torch at module level.
@@ -78,7 +74,7 @@ TORCH_FREE_AT_IMPORT = (
     "npu_migrate/fileio.py", "npu_migrate/autoload.py", "npu_migrate/_exit.py", "npu_migrate/_torch_hook.py",
     "npu_migrate/_bootstrap/sitecustomize.py", "npu_migrate/migrate/hook.py", "npu_migrate/migrate/environment.py",
     "npu_migrate/compare/_hook.py", "npu_migrate/compare/settings.py", "npu_migrate/launch/stacks.py",
-    "npu_migrate/ops/npu_lines.py", "npu_migrate/releases/",
+    "npu_migrate/npu_lines.py", "npu_migrate/releases/",
     # torch inside functions only
     "npu_migrate/env.py", "npu_migrate/smoke.py", "npu_migrate/migrate/cli.py",
     "npu_migrate/ops/cli.py", "npu_migrate/data/cache.py", "npu_migrate/migrate/usercode.py",

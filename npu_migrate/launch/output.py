@@ -66,7 +66,7 @@ from npu_migrate.launch.errors import say
 from npu_migrate.launch.output_settings import (  # re-exported: their home before the split
     DEFAULT_TEMPLATE, TEMPLATE_VARS, OutputSettings, log_path, output_settings,
 )
-from npu_migrate.ops import npu_lines
+from npu_migrate import npu_lines
 
 __all__ = ["COALESCE_BYTES", "COALESCE_S", "DEFAULT_TEMPLATE", "DRAIN_S", "MAX_LINE", "READ_SIZE", "TEMPLATE_VARS",
            "OutputSettings", "Relay", "attach", "fifo_paths", "log_path", "output_settings"]
@@ -142,7 +142,7 @@ class _Stream:
         self.prefix = prefix
         self.file = file
         self.tail = b""
-        self.rank = rank  # global rank: torch_npu's lines are counted per rank (npu_migrate.ops.npu_lines)
+        self.rank = rank  # global rank: torch_npu's lines are counted per rank (npu_migrate.npu_lines)
 
 
 class Relay:

@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from npu_migrate import fileio, redact
-from npu_migrate.ops import npu_lines
+from npu_migrate import npu_lines
 from npu_migrate.textsafe import printable
 
 VERSION = 1

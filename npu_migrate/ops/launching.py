@@ -5,7 +5,7 @@ Usage::
     python -m npu_migrate.launch --device-num 8 --strict-ops train.py
     # npu-migrate launch: rank 1: torch_npu reported 1 fallback(s) refused by --strict-ops (aten::...)
 
-The launcher's line relay counts torch_npu's lines per rank (:mod:`.npu_lines`, fed by
+The launcher's line relay counts torch_npu's lines per rank (:mod:`npu_migrate.npu_lines`, fed by
 :mod:`npu_migrate.launch.output`); this feature (found through
 :data:`npu_migrate.launch.features.BUILT_IN`) adds ``--strict-ops``, which every worker inherits
 as ``TORCH_NPU_FALLBACK_CPU_DISABLE=1``, and prints one line per rank that printed any when the job
@@ -18,7 +18,7 @@ import argparse
 import os
 from typing import Callable
 
-from npu_migrate.ops import npu_lines
+from npu_migrate import npu_lines
 
 STRICT_ENV = "TORCH_NPU_FALLBACK_CPU_DISABLE"
 """torch_npu's switch: an operator the NPU lacks fails instead of falling back to the CPU."""

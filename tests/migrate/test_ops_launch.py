@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from support import Launch
-from npu_migrate.ops.npu_lines import Collected, Kind, recognise
+from npu_migrate.npu_lines import Collected, Kind, recognise
 
 WORKER = Path(__file__).with_name("scripts") / "npu_lines_worker.py"
 

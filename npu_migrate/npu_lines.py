@@ -2,7 +2,7 @@
 
 Usage::
 
-    from npu_migrate.ops import npu_lines
+    from npu_migrate import npu_lines
 
     npu_lines.COLLECTED.feed(rank, b"...Warning: CAUTION: The operator 'aten::isin.Tensor_Tensor_out' is "
                                    b"not currently supported on the NPU backend and will fall back ...\\n")
