@@ -94,3 +94,28 @@ def exit_signal(code: int | None) -> str | None:
         return signal.Signals(-code).name
     except ValueError:
         return f"signal {-code}"
+
+
+def explain(record: dict[str, Any], node_rank: int) -> tuple[str, list[str], bool]:
+    """The console headline, detail lines and whether a restart can help, for the failure that won.
+
+    Args:
+        record: the winning failure record (``fail/<gen>``; a rank's, a lost node's or a hang's).
+        node_rank: this node (a rank's failure on another node says which).
+    """
+    if record.get("kind") == FailureKind.HANG:
+        return record.get("message") or "hang", [], True
+    if record.get("kind") == FailureKind.LOST:
+        node = record.get("node_rank")
+        message = record.get("message") or f"lost node {node} ({record.get('host')})"
+        after = failure_from(record.get("after"))
+        lines = [f"after it: {after.headline()}"] if after is not None else []
+        if node == 0:
+            return (f"{message}; node 0 serves the job's rendezvous, so the job ends on every node.",
+                    lines, False)
+        return message, lines, True
+    failure = failure_from(record)
+    if failure is None:  # not a record this launcher writes: say what it says
+        return f"the job failed: {record.get('message') or record}", [], True
+    where = "" if failure.node_rank == node_rank else f" on node {failure.node_rank}"
+    return failure.headline() + where, failure.details(), True

@@ -25,7 +25,17 @@ from typing import Any
 from npu_migrate.textsafe import printable
 
 
-class EventKind(str, Enum):
+class WireEnum(str, Enum):
+    """A ``str`` enum that is its value wherever it goes: JSON, ``str()``, f-strings, ``printable``."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+class EventKind(WireEnum):
     """What the board says about the job."""
 
     ABORT = "abort"
@@ -36,7 +46,7 @@ class EventKind(str, Enum):
     """A node stopped beating (the record names it)."""
 
 
-class FailureKind(str, Enum):
+class FailureKind(WireEnum):
     """The ``"kind"`` of a failure record (``fail/<gen>``, the report's ``first_failure``); JSON values as named."""
 
     RANK = "rank"

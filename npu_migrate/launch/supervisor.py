@@ -31,29 +31,24 @@ details (torch's messages included) go to ``launcher-node{K}.log`` there.
 
 from __future__ import annotations
 
-import json
 import logging
-import multiprocessing
-import multiprocessing.connection
 import os
 import signal
-import socket
 import sys
-import time
 from enum import Enum
 from typing import Any, Callable, Sequence
 
 from npu_migrate.errors import NpuMigrateError
-from npu_migrate.launch import hints, report, rundir, stores, timing
+from npu_migrate.launch import hints, report, rundir, stores
 from npu_migrate.launch.config import DEFAULT_NODE_TIMEOUT, LaunchConfig, Target, make_config
 from npu_migrate.launch.errors import JobFailed, LaunchError, first_line, say
-from npu_migrate.launch.failure import Failure, exit_signal, failure_from
+from npu_migrate.launch.failure import Failure, exit_signal, explain
 from npu_migrate.launch.forkserver import start_fork_server, stop_fork_server
 from npu_migrate.launch.hangwatch import HangWatch
-from npu_migrate.launch.output import OutputSettings, Relay, log_path
-from npu_migrate.launch.records import Event, EventKind, FailureKind, JobEvent
-from npu_migrate.launch.signals import REAP_AFTER_KILL_S, SIGNAL_GRACE_S, STOP_GRACE_S, Interrupted, Signals
-from npu_migrate.launch.worker import worker_main
+from npu_migrate.launch.output import OutputSettings
+from npu_migrate.launch.ranks import RankProcesses, Watched
+from npu_migrate.launch.records import Event, EventKind, FailureKind, JobEvent, WireEnum
+from npu_migrate.launch.signals import SIGNAL_GRACE_S, Interrupted, Signals
 from npu_migrate.textsafe import printable
 
 logger = logging.getLogger(__name__)
@@ -72,22 +67,7 @@ class Phase(Enum):
     RESTARTING = "restarting"
 
 
-class Watched(Enum):
-    """How watching one attempt's ranks ended (:meth:`Job._watch`)."""
-
-    OK = "ok"
-    """Every rank exited with 0."""
-    FAILED = "failed"
-    """A rank of this node failed (the detail is its :class:`.failure.Failure`)."""
-    EVENT = "event"
-    """The board spoke (the detail is its :class:`.records.Event`)."""
-    SIGNAL = "signal"
-    """SIGINT/SIGTERM to the launcher."""
-    HANG = "hang"
-    """A hang with ``--hang-action end`` (the detail is the :class:`.watchdog.Hang`)."""
-
-
-class Outcome(str, Enum):
+class Outcome(WireEnum):
     """The report's ``outcome`` (:mod:`.report`); JSON values as named."""
 
     STARTING = "starting"
@@ -124,163 +104,29 @@ def _quiet_torch_elastic(log_file: str | None) -> None:
             lg.setLevel(logging.DEBUG)
 
 
-class Job:
-    """One launcher's job: this node's workers over every attempt."""
+class Job(RankProcesses):
+    """One launcher's job: this node's workers over every attempt, phase by phase."""
 
     def __init__(self, cfg: LaunchConfig, target: Target, start_method: str) -> None:
+        super().__init__()
         self.cfg = cfg
         self.target = target
         self.start_method = start_method
         self.signals = Signals()
         self.rdzv: Any = None
         self.board: Any = None  # the board of a multi-node job (:mod:`.board`)
-        self.procs: list[Any] = []
         self.phase = Phase.STARTING
-        self._context: Any = None
         # The run directory: the ranks' error records, flight records and stack dumps (:mod:`.rundir`).
         self.error_dir = rundir.create()
         self.watch = HangWatch(cfg, self.error_dir, self.signals)
-        self._exit_seen: dict[int, float] = {}
-        self._last_procs: list[Any] = []
-        self._stopped: set[int] = set()
         self._first_record: dict[str, Any] | None = None
         self._outcome = Outcome.STARTING
-        self.relay: Relay | None = None
-        self.attempt = 0
         # Node 0 serves MASTER_PORT for every rank, on the job's address only (:mod:`.stores`).
         self.ranks_store = stores.RankStore(cfg.addr, cfg.port) if cfg.node_rank == 0 else None
 
     def _enter(self, phase: Phase) -> None:
         self.phase = phase
         logger.info("node %s: %s", self.cfg.node_rank, phase.value)
-
-    # -- process handling
-
-    def _start(self, attempt: int) -> list[Any]:
-        import torch.multiprocessing as mp
-
-        self._drain()
-        rundir.new_attempt(self.error_dir)
-        self._exit_seen = {}
-        self._stopped = set()
-        self.attempt = attempt
-        if self.cfg.output.relay:
-            self.relay = Relay(self.cfg.output, self.cfg, self.error_dir, attempt)
-            self.relay.start()
-        # Keep the context for the whole attempt. On torch < 2.2 it holds one SimpleQueue per
-        # worker, whose semaphore a forked worker opens by name while unpickling its arguments;
-        # dropping the context unlinks them first, and the worker dies in SemLock.__setstate__
-        # with FileNotFoundError.
-        self._context = mp.start_processes(
-            worker_main,
-            args=(self.cfg, self.target, attempt, os.getpid(), self.error_dir),
-            nprocs=self.cfg.nproc,
-            join=False,
-            start_method=self.start_method,
-        )
-        self.procs = list(self._context.processes)
-        self._last_procs = self.procs
-        self.watch.start(self.procs)
-        return self.procs
-
-    def _stop(self, procs: list[Any], sig: int = signal.SIGTERM, grace: float = STOP_GRACE_S) -> None:
-        """Signal every live worker's group, then SIGKILL what is left after the grace period.
-
-        The wait is on the workers' sentinels, in slices: a second signal to the launcher (which
-        no descriptor reports) ends the grace period early.
-        """
-        def send(s: int) -> None:
-            for proc in procs:
-                if proc.exitcode is None and proc.pid:
-                    try:
-                        os.killpg(proc.pid, s)
-                    except OSError:
-                        try:
-                            os.kill(proc.pid, s)
-                        except OSError:
-                            pass
-
-        self._stopped.update(i for i, p in enumerate(procs) if p.exitcode is None)
-        send(sig)
-        deadline = time.monotonic() + grace
-        seen = self.signals.count
-        while any(p.exitcode is None for p in procs) and time.monotonic() < deadline:
-            if self.signals.count > seen:
-                break  # asked (again) while stopping: stop waiting
-            multiprocessing.connection.wait([p.sentinel for p in procs if p.exitcode is None],
-                                            timeout=timing.WORKER_POLL_S)
-        send(signal.SIGKILL)
-        reap_deadline = time.monotonic() + REAP_AFTER_KILL_S
-        for proc in procs:
-            proc.join(max(0.0, reap_deadline - time.monotonic()))
-            if proc.exitcode is None:
-                logger.warning("worker pid %s is still there %.0f s after SIGKILL (stuck in the kernel?); "
-                               "going on without it", proc.pid, REAP_AFTER_KILL_S)
-            # A worker leaves its group behind only if something it started is still there.
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
-        self._context = None
-
-    def _drain(self) -> None:
-        """Every worker is gone: relay the rest of their output before the launcher says more."""
-        if self.relay is not None:
-            relay, self.relay = self.relay, None
-            relay.drain()
-
-    def _failure_of(self, local: int, proc: Any) -> Failure:
-        rank = self.cfg.rank(local)
-        log = log_path(self.cfg.log_dir, rank, self.attempt) if self.cfg.log_dir else None
-        path = rundir.error_record(self.error_dir, rank)
-        if os.path.exists(path):
-            with open(path, encoding="utf-8") as fh:
-                rec = json.load(fh)
-            return Failure(rank, local, self.cfg.node_rank, rec["host"], exit_code=proc.exitcode,
-                           exc_type=rec["type"], message=rec["message"], traceback=rec["traceback"],
-                           log=log, time=rec["time"])
-        code = proc.exitcode
-        from npu_migrate.launch import stacks
-
-        return Failure(rank, local, self.cfg.node_rank, socket.gethostname(), exit_code=code,
-                       signal_name=exit_signal(code), log=log,
-                       traceback=stacks.fatal_stack(self.error_dir, rank) or None,
-                       time=self._exit_seen.get(local, time.time()))
-
-    def _watch(self, procs: list[Any]) -> tuple[Watched, Any]:
-        """Wait for the workers; return how it ended, and its detail (see :class:`Watched`).
-
-        This stays a loop: it waits on the workers' sentinels, but a signal, SIGUSR1, the flight
-        records and the board have no descriptor to wait on beside them, so they are looked at
-        every :data:`.timing.WORKER_POLL_S`.
-        """
-        while True:
-            if self.signals.received is not None:
-                return Watched.SIGNAL, None
-            live = [p.sentinel for p in procs if p.exitcode is None]
-            if live:
-                multiprocessing.connection.wait(live, timeout=timing.WORKER_POLL_S)
-            now = time.time()
-            for i, p in enumerate(procs):
-                if p.exitcode is not None and i not in self._exit_seen:
-                    self._exit_seen[i] = now
-            failed = [(i, p) for i, p in enumerate(procs) if p.exitcode not in (None, 0)]
-            if failed:
-                # The first failure by when it happened: a Python error's time is the rank's own,
-                # a death's is when the launcher saw it. Ranks that died of its broken
-                # collectives come later.
-                candidates = [self._failure_of(i, p) for i, p in failed]
-                candidates.sort(key=lambda f: (f.time, f.rank))
-                return Watched.FAILED, candidates[0]
-            if all(p.exitcode == 0 for p in procs):
-                return Watched.OK, None
-            hang = self.watch.poll()
-            if hang is not None and self.cfg.hang_action == "end":
-                return Watched.HANG, hang
-            if self.board is not None:
-                event = self.board.event()
-                if event is not None:
-                    return Watched.EVENT, event
 
     # -- the job
 
@@ -521,35 +367,17 @@ class Job:
         return attempt
 
     def _explain(self, watched: Watched, detail: Any) -> tuple[str, list[str], bool]:
-        """The console headline, detail lines and whether a restart can help, for a failure."""
+        """Publish this node's failure (or a lost node), read the one that won; explain it (:func:`.failure.explain`)."""
         board = self.board
         if watched in (Watched.FAILED, Watched.HANG):  # one of ours
-            record = detail.record()
-            if board is not None:
-                board.publish_failure(record)
-                record = board.first_failure() or record
+            record, publish = detail.record(), board is not None
         else:
-            record = detail.record
-            if detail.kind is EventKind.LOST:
-                board.publish_failure(record)
-                record = board.first_failure() or record
+            record, publish = detail.record, detail.kind is EventKind.LOST
+        if publish:
+            board.publish_failure(record)
+            record = board.first_failure() or record
         self._first_record = record
-        if record.get("kind") == FailureKind.HANG:
-            return record.get("message") or "hang", [], True
-        if record.get("kind") == FailureKind.LOST:
-            node = record.get("node_rank")
-            message = record.get("message") or f"lost node {node} ({record.get('host')})"
-            after = failure_from(record.get("after"))
-            lines = [f"after it: {after.headline()}"] if after is not None else []
-            if node == 0:
-                return (f"{message}; node 0 serves the job's rendezvous, so the job ends on every node.",
-                        lines, False)
-            return message, lines, True
-        failure = failure_from(record)
-        if failure is None:  # not a record this launcher writes: say what it says
-            return f"the job failed: {record.get('message') or record}", [], True
-        where = "" if failure.node_rank == self.cfg.node_rank else f" on node {failure.node_rank}"
-        return failure.headline() + where, failure.details(), True
+        return explain(record, self.cfg.node_rank)
 
     def _cause_of(self, failure: Failure) -> tuple[Watched, Any]:
         """A rank's failure, or what caused it: a lost node its connection error names, or an abort.
