@@ -30,9 +30,8 @@ from npu_migrate.launch.jobstore import JobStore
 from npu_migrate.launch.membership import JOB_KEY, Membership
 from npu_migrate.launch.records import Event, EventKind, JobEvent, Round
 from npu_migrate.launch.signals import Signals
-from npu_migrate.launch.storewait import peek as _peek
 
-__all__ = ["JOB_KEY", "Event", "EventKind", "JobEvent", "Rendezvous", "Round", "_peek"]
+__all__ = ["JOB_KEY", "Event", "EventKind", "JobEvent", "Rendezvous", "Round"]
 
 
 class Rendezvous:
