@@ -17,21 +17,22 @@ accepted when the ranks are exactly ``0..nnodes-1``.
 
 **Keys** (under ``npu_migrate/<job id>/`` in node 0's store, except the first):
 
-===================== ====================================================================
-``npu_migrate/job``   the job token, set by node 0; a launcher with another token is refused
-                      and touches nothing else (another job or a stale launcher).
-``shape``             ``{"nnodes", "device_num", "max_restarts", "hccl"}`` (``hccl``: the HCCL
-                      variables every node must share, :mod:`.hccl`), first writer wins; a node
-                      with other values aborts the job, so every node says why.
-``claim/<K>``         ``{"owner", "host", "pid"}`` of the launcher holding node rank K (with
-                      ``"ended": true`` once the job finished). Taken over when its owner is
-                      marked lost or does not answer a ping for ``--node-timeout``
-                      (:mod:`.liveness`); while it answers, after it ended, or if node 0 ends
-                      meanwhile, the newcomer is a duplicate and is refused.
-``round/<id>/member/<i>`` ``{"node_rank", "host", "owner", "gen", "addr"}`` of handler rank i in
-                      the round ``<id>`` (an id the round's first node writes under ``round``
-                      in the round's own store, so every node of the round uses the same keys).
-===================== ====================================================================
+========================== ===============================================================
+``npu_migrate/job``        the job token, set by node 0; a launcher with another token is
+                           refused and touches nothing else (another job or a stale launcher).
+``shape``                  ``{"nnodes", "device_num", "max_restarts", "hccl"}`` (``hccl``: the
+                           HCCL variables every node must share, :mod:`.hccl`), first writer
+                           wins; a node with other values aborts the job, so every node says why.
+``claim/<K>``              ``{"owner", "host", "pid"}`` of the launcher holding node rank K (with
+                           ``"ended": true`` once the job finished). Taken over when its owner
+                           is marked lost or does not answer a ping for ``--node-timeout``
+                           (:mod:`.liveness`); while it answers, after it ended, or if node 0
+                           ends meanwhile, the newcomer is a duplicate and is refused.
+``round/<id>/member/<i>``  ``{"node_rank", "host", "owner", "gen", "addr"}`` of handler rank i
+                           in round ``<id>`` (an id the round's first node writes under
+                           ``round`` in the round's own store, so every node of the round uses
+                           the same keys), and torch's ``synchronize`` keys beside them.
+========================== ===============================================================
 
 **Duplicates.** A node rank is claimed before the node joins a round: a second launcher with
 the same ``--node-rank`` finds the claim held by a launcher that answers its ping, and is refused
