@@ -134,7 +134,7 @@ INTERNALS: tuple[Internal, ...] = (
        "the device types a group serves, to collect its backend objects"),
     _I("torch.distributed.ProcessGroup._get_backend", "distributed.py", "a group's backend object per device type"),
     _I("torch.distributed.elastic.rendezvous.dynamic_rendezvous.DynamicRendezvousHandler._stop_heartbeats",
-       "launch/rendezvous.py",
+       "launch/membership.py",
        "stops torch's rendezvous keep-alive timer from the launcher's thread, so its finalizer never joins "
        "its own thread at exit"),
     # ------------------------------------------------------------------ stdlib

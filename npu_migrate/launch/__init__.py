@@ -21,9 +21,12 @@ One concept per module:
 * :mod:`.config`: the checked settings of one node (:func:`make_config`), the world table;
 * :mod:`.features`: features that plug into the launcher (runtime migration, the probe);
 * :mod:`.cluster`: Slurm/Kubeflow variables, host lists, addresses, interfaces, cores;
-* :mod:`.rendezvous`: multi-node membership, heartbeats and the failure board (documented there);
+* :mod:`.rendezvous`: a node's seat in a multi-node job: :mod:`.jobstore` (node 0's store and the
+  calls on it), :mod:`.membership` (token, flags, claims, rounds), :mod:`.board` (heartbeats,
+  failures, hang relay, the end), :mod:`.storewait` (blocking waits), :mod:`.timing` (every window);
 * :mod:`.worker`: the bootstrap of each worker process;
-* :mod:`.supervisor`: the job's phases, restarts and failure reports; :func:`spawn`;
+* :mod:`.supervisor`: the job's phases, restarts and failure reports; :mod:`.api`: :func:`spawn`; :mod:`.ranks`
+  (this node's worker processes), :mod:`.failure`, :mod:`.hangwatch`, :mod:`.rundir` (the run directory);
 * :mod:`.flight`: each rank's flight record (the collective it is in), written in the worker;
 * :mod:`.watchdog`: hang detection and who is behind (``--hang-timeout``), in the launcher;
 * :mod:`.stacks`: every rank's stack on a hang, SIGUSR1 or ``npu-migrate stacks PID``;
@@ -54,7 +57,7 @@ from npu_migrate.launch.config import (
 from npu_migrate.launch.errors import JobFailed, LaunchError, LaunchUsageError
 from npu_migrate.launch.options import LaunchOptions
 from npu_migrate.launch.signals import STOP_GRACE_S
-from npu_migrate.launch.supervisor import spawn
+from npu_migrate.launch.api import spawn
 
 
 __all__ = [

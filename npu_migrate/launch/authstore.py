@@ -242,6 +242,17 @@ class AuthStore:
             # Replace the forged value (its exact bytes), as if it were what the caller expected.
         raise UnauthenticatedValue(f"the value under {key} keeps changing to unsigned values")
 
+    def multi_get(self, keys: list[str]) -> list[bytes]:
+        """Every key's value (blocking until each exists), each checked as :meth:`get` checks it."""
+        self.inner.raw.multi_get(keys)  # blocks until every key exists
+        return [self.get(key) for key in keys]
+
+    def wait(self, keys: list[str], *timeout: Any) -> None:
+        """Block until every key exists. A wait sees a key, never its value: a process without the
+        secret can end it by setting the key, so a caller that decides something on it reads the
+        value (or a signed counter) after it (:func:`.storewait.arrived`)."""
+        self.inner.wait(keys, *timeout)
+
     def add(self, key: str, amount: int) -> int:
         """A signed counter: read, then compare-and-set ``current + amount`` until it holds.
 

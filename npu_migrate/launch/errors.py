@@ -8,11 +8,14 @@ Usage::
 
 Every error the launcher shows is one line: what went wrong, with the value, and what to do.
 Messages that come from torch's C++ side keep only their first line (:func:`first_line`); the
-rest (C++ frames) goes to the launcher log in ``--log-dir`` when one is given.
+rest (C++ frames) goes to the launcher log in ``--log-dir`` when one is given
+(:func:`quiet_torch_elastic`).
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import sys
 
 from npu_migrate.errors import NpuMigrateError, UsageError
@@ -57,3 +60,20 @@ def first_line(exc: BaseException, limit: int = 200) -> str:
     text = str(exc).strip().splitlines()
     line = " ".join(text[0].split()) if text else type(exc).__name__
     return line[:limit]
+
+
+def quiet_torch_elastic(log_file: str | None) -> None:
+    """torch's rendezvous logs, and the launcher's own, go to the launcher log (with --log-dir), never to the console."""
+    elastic = logging.getLogger("torch.distributed.elastic")
+    elastic.propagate = False
+    if not any(isinstance(h, logging.NullHandler) for h in elastic.handlers):
+        elastic.addHandler(logging.NullHandler())
+    if log_file:
+        from npu_migrate import fileio  # private (0600), never through a planted symlink
+
+        handler = logging.StreamHandler(os.fdopen(fileio.open_private_append(log_file), "a", encoding="utf-8"))
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        for name in ("torch.distributed.elastic", "npu_migrate.launch"):
+            lg = logging.getLogger(name)
+            lg.addHandler(handler)
+            lg.setLevel(logging.DEBUG)

@@ -1,6 +1,6 @@
 """Is another launcher of the job still there? A blocking ping on the store, and the node behind a peer address.
 
-Usage (by :mod:`.rendezvous`)::
+Usage (by :mod:`.membership` and :mod:`.board`)::
 
     answered = answer_pings(store, prefix, my_owner, answered)   # every heartbeat, in the owner
     state = ask(store, connect, prefix, their_owner, seconds)      # Liveness.ALIVE / SILENT / GONE
@@ -32,8 +32,8 @@ from datetime import timedelta
 from enum import Enum
 from typing import Any, Callable
 
-from npu_migrate.launch.board import peek
 from npu_migrate.launch.padded_store import PaddedStore
+from npu_migrate.launch.storewait import peek
 
 
 class Liveness(Enum):

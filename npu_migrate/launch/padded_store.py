@@ -53,7 +53,7 @@ def unpad(raw: bytes) -> bytes:
 class PaddedStore:
     """A TCPStore (or PrefixStore) whose ``set``, ``get`` and ``compare_set`` pad their values.
 
-    Every other method (``add``, ``wait``, ``set_timeout``, ``delete_key``...) is the store's own.
+    Every other method (``add``, ``set_timeout``, ``delete_key``...) is the store's own.
     """
 
     def __init__(self, store: Any) -> None:
@@ -67,6 +67,16 @@ class PaddedStore:
 
     def compare_set(self, key: str, expected: str | bytes, desired: str | bytes) -> bytes:
         return unpad(self.raw.compare_set(key, pad(expected), pad(desired)))
+
+    def multi_get(self, keys: list[str]) -> list[bytes]:
+        """Every key's value, blocking until each exists (torch's ``synchronize`` reads with it)."""
+        return [unpad(raw) for raw in self.raw.multi_get(keys)]
+
+    def wait(self, keys: list[str], *timeout: Any) -> None:
+        """Block until every key exists (``wait(keys)`` or ``wait(keys, timedelta)``): keys are never
+        padded, only values, so this is the store's own wait. It checks that a key exists, not its
+        value."""
+        self.raw.wait(keys, *timeout)
 
     def swap(self, key: str, stored: bytes, desired: str | bytes) -> tuple[bytes, bytes]:
         """``compare_set`` against the exact bytes ``stored`` (padded or not); returns (stored bytes, value).

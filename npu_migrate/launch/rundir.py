@@ -3,8 +3,25 @@
 Usage::
 
     path = create()      # $TMPDIR/npu_migrate_launch_<pid>_XXXX, mode 0700; stale ones removed first
-    ...                  # the ranks' FIFOs, error and flight records, stack dumps (:mod:`.stacks`)
+    new_attempt(path)    # before each start of the ranks: only the launcher's own files stay
+    error_record(path, 3)   # path/rank3.json, what rank 3 raised (written by :mod:`.worker`)
     remove(path)         # at the end of the job
+
+**Files** (one run directory per launcher; the modules named write and read them):
+
+======================== ================================================================
+``.lock``                held (``flock``) by the launcher while it lives (below)
+``launcher.json``        the launcher's pid and start time (:mod:`.stacks`, ``npu-migrate stacks``)
+``rank<N>.json``         what rank N raised: type, message, traceback, time (:mod:`.worker`)
+``flight-rank<N>.bin``   rank N's flight record (:mod:`.flight`)
+``stacks-rank<N>.txt``,
+``fatal-rank<N>.txt``    rank N's stacks on request and at a fatal signal (:mod:`.stacks`)
+``stacks.txt``           the launcher's latest dump of every stack (:mod:`.stacks`)
+others                   the ranks' output FIFOs (:mod:`.output`), pre-flight results (:mod:`.preflight`)
+======================== ================================================================
+
+Everything but ``.lock`` and ``launcher.json`` belongs to one attempt of the ranks and goes
+before the next one (:func:`new_attempt`).
 
 **Who is alive.** The launcher holds an exclusive ``flock`` on ``.lock`` in its directory for as
 long as it runs; the kernel drops the lock when the process dies, SIGKILL included, so a lock
@@ -31,6 +48,13 @@ PREFIX = "npu_migrate_launch_"
 """Run directories are ``<tempdir>/npu_migrate_launch_<pid>_<random>``."""
 
 LOCK = ".lock"
+"""The lock file: held by the launcher for as long as it runs."""
+
+LAUNCHER = "launcher.json"
+"""The launcher's pid and start time (:func:`.stacks.mark_launcher`)."""
+
+_KEPT = (LOCK, LAUNCHER)
+"""What stays from one attempt of the ranks to the next."""
 
 _held: dict[str, int] = {}  # run directory -> the descriptor holding its lock
 
@@ -89,6 +113,18 @@ def create() -> str:
     os.rename(tmp, os.path.join(path, LOCK))
     _held[path] = fd
     return path
+
+
+def error_record(path: str, rank: int) -> str:
+    """Where rank ``rank`` records what it raised (:mod:`.worker` writes it, the launcher reads it)."""
+    return os.path.join(path, f"rank{rank}.json")
+
+
+def new_attempt(path: str) -> None:
+    """Remove every file of the last attempt of the ranks (records, dumps, FIFOs): the next starts clean."""
+    for name in os.listdir(path):
+        if name not in _KEPT:
+            os.unlink(os.path.join(path, name))
 
 
 def remove(path: str) -> None:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from npu_migrate.launch import flight
+from npu_migrate.launch.records import FailureKind
 
 DEFAULT_HANG_TIMEOUT = 480.0
 """Seconds without progress before a job of several ranks counts as hung (see the module docstring)."""
@@ -59,7 +60,7 @@ class Hang:
     time: float = field(default_factory=time.time)
 
     def record(self) -> dict[str, Any]:
-        return {"kind": "hang", "message": f"hang: {self.summary}", "behind": self.behind,
+        return {"kind": FailureKind.HANG, "message": f"hang: {self.summary}", "behind": self.behind,
                 "states": {str(k): v for k, v in self.states.items()}, "stalled_s": self.stalled_s,
                 "time": self.time}
 

@@ -31,7 +31,7 @@ import time
 import traceback
 from typing import Any
 
-from npu_migrate.launch import authstore, output, stores
+from npu_migrate.launch import authstore, output, rundir, stores
 from npu_migrate.launch.config import LaunchConfig, Target
 from npu_migrate.log import ENV_RELAY_PREFIX
 
@@ -194,10 +194,11 @@ def worker_main(local_rank: int, cfg: LaunchConfig, target: Target, restart: int
             "message": " ".join(str(exc).split())[:500],
             "traceback": "".join(traceback.format_exception(type(exc), exc, _user_frames(exc.__traceback__))),
         }
-        tmp = os.path.join(error_dir, f".rank{rank}.json.tmp")
+        path = rundir.error_record(error_dir, rank)
+        tmp = os.path.join(error_dir, f".{os.path.basename(path)}.tmp")
         with open(tmp, "w", encoding="utf-8") as fh:
             json.dump(record, fh)
-        os.replace(tmp, os.path.join(error_dir, f"rank{rank}.json"))
+        os.replace(tmp, path)
         if cfg.log_dir:  # on the console the launcher's summary shows it once, not once per rank
             sys.stderr.write(record["traceback"])
         raise SystemExit(1) from None
