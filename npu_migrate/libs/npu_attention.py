@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from npu_migrate.errors import MigrationError
-from npu_migrate.libs.attention import UNBOUNDED, Causal, alibi_bias
+from npu_migrate.libs.masks import UNBOUNDED, Causal, alibi_bias
 
 COMPRESSED_MASK_SIZE = 2048  # sparse modes 2, 3, 4 read a fixed 2048 x 2048 upper-triangular mask
 TOKENS_UNBOUNDED = 2147483647  # the operator's default pre_tockens/next_tockens: no limit
