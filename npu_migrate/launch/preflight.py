@@ -10,7 +10,9 @@ workers, with the same environment and device): it reaches the job's ``TCPStore`
 backend (gloo, nccl or hccl) and all-reduces one element on its device, within
 :data:`PREFLIGHT_TIMEOUT_S`. Then the processes exit and free the port for the real workers. On
 failure the ranks that never wrote their key are named with their node, else the backend's own
-first line with the hosts and interfaces of every rank and a hint (:mod:`.hints`).
+first line with the hosts and interfaces of every rank and a hint (:mod:`.hints`). Ranks are
+"missing" only when the failing rank waited for them for the whole timeout: a rank that fails at
+once (a wrong interface) names its own error, however late the others are to start.
 """
 
 from __future__ import annotations
@@ -29,6 +31,10 @@ from npu_migrate.launch.signals import REAP_AFTER_KILL_S
 
 PREFLIGHT_TIMEOUT_S = float(os.environ.get("NPU_MIGRATE_PREFLIGHT_TIMEOUT_S", "60"))
 """Seconds the pre-flight all-reduce may take (``NPU_MIGRATE_PREFLIGHT_TIMEOUT_S``)."""
+WAITED_FRACTION = 0.9
+"""A rank that failed after this share of the timeout waited for the others: the ranks that never
+wrote their key are named as the cause. One that failed sooner failed by itself (its own error is
+the cause, even where slower ranks had not written their key yet)."""
 
 
 def _result_path(run_dir: str, rank: int) -> str:
@@ -45,6 +51,7 @@ def preflight_main(local_rank: int, cfg: LaunchConfig, run_dir: str, timeout: fl
     me = {"rank": rank, "node": cfg.node_rank, "host": socket.gethostname(), "interface": iface}
     result: dict[str, Any] = {"ok": False, **me}
     store = None
+    started = time.monotonic()
     try:
         import torch
         import torch.distributed as dist
@@ -67,7 +74,8 @@ def preflight_main(local_rank: int, cfg: LaunchConfig, run_dir: str, timeout: fl
         # gloo's "[enforce fail at .../device.cc:84] ifa != nullptr. " says nothing to a user
         line = re.sub(r"^\[enforce fail at [^\]]*\] (\S+ [!=]= \S+\. )?", "", first_line(exc, 300))
         result["error"] = f"{type(exc).__name__}: {line}"
-        result["missing"] = _missing(store, world) if store is not None else None
+        if store is not None and time.monotonic() - started >= timeout * WAITED_FRACTION:
+            result["missing"] = _missing(store, world)  # it waited for them: they are the cause
     tmp = _result_path(run_dir, rank) + ".tmp"
     with open(tmp, "w", encoding="utf-8") as fh:
         json.dump(result, fh)
