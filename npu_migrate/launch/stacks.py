@@ -165,13 +165,6 @@ def process_start(pid: int) -> str | None:
         return None
 
 
-def make_run_dir() -> str:
-    """The launcher's run directory, named after its pid (see :func:`mark_launcher`; :mod:`.rundir`)."""
-    from npu_migrate.launch import rundir
-
-    return rundir.create()
-
-
 def mark_launcher(run_dir: str) -> None:
     """Write ``launcher.json``: from now on ``npu-migrate stacks`` may signal this process.
 
