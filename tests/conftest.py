@@ -20,9 +20,20 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-import torch
 
-from npu_migrate import device as _device
+HIDDEN_DEVICES = {"CUDA_VISIBLE_DEVICES": ""}
+"""The CPU tier sees no GPU, whatever the host has: on a GPU host its tests (and the processes they
+start) run as on a laptop, so what they assert (torch's own answers, device ordinals, which family
+detection picks) does not depend on the host. Children on the simulated NPU keep the variable
+unset (runtime migration would hand an empty mask on to the NPU's own), and the hardware tier
+(tests/test_hardware.py) gives its children the host's devices back with ``child_env(real_devices=True)``."""
+HOST_VISIBLE = {name: os.environ.get(name) for name in HIDDEN_DEVICES}
+"""The host's own device masks, as pytest started (None: unset, every device visible)."""
+os.environ.update(HIDDEN_DEVICES)  # before torch is imported here, and before anything asks CUDA
+
+import torch  # noqa: E402
+
+from npu_migrate import device as _device  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -38,7 +49,7 @@ DATA_SCRIPTS = TESTS / "data" / "scripts"
 _JOB_VARS = (
     "NPU_MIGRATE_DEVICE", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
     "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "ASCEND_RT_VISIBLE_DEVICES", "FAKE_NPU_DEVICE_COUNT",
-    "CUDA_VISIBLE_DEVICES",
+    "CUDA_VISIBLE_DEVICES",  # set again to hide the host's devices (HIDDEN_DEVICES)
     # npu_migrate.autoload sets it to 0 in the process that asked for a built-in family (an
     # in-process CLI test): the next test in that process must not inherit it.
     "TORCH_DEVICE_BACKEND_AUTOLOAD",
@@ -106,6 +117,8 @@ def clean_env(monkeypatch: pytest.MonkeyPatch):
     """
     for name in _JOB_VARS:
         monkeypatch.delenv(name, raising=False)
+    for name, value in HIDDEN_DEVICES.items():
+        monkeypatch.setenv(name, value)
     monkeypatch.setenv("NPU_MIGRATE_DEVICE", "cpu")
     _device._clear_caches()
     yield
@@ -118,13 +131,18 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def child_env(*paths: Path, **extra: str) -> dict[str, str]:
+def child_env(*paths: Path, real_devices: bool = False, **extra: str) -> dict[str, str]:
     """The environment of a child process: ours, with ``paths`` first on PYTHONPATH.
 
     The family is forced as the tier says: ``npu`` with the simulated NPU on the path, else
-    ``cpu``. ``NPU_MIGRATE_DEVICE=""`` in ``extra`` leaves the choice to detection.
+    ``cpu``. ``NPU_MIGRATE_DEVICE=""`` in ``extra`` leaves the choice to detection. The host's
+    accelerators stay hidden (``HIDDEN_DEVICES``) unless ``real_devices`` (the hardware tier).
     """
     env = {k: v for k, v in os.environ.items() if k not in _JOB_VARS}
+    if real_devices:
+        env.update({name: value for name, value in HOST_VISIBLE.items() if value is not None})
+    elif FAKE_NPU not in paths:
+        env.update(HIDDEN_DEVICES)
     env["NPU_MIGRATE_DEVICE"] = "npu" if FAKE_NPU in paths else "cpu"
     pythonpath = [str(p) for p in paths] + [str(ROOT)]
     if env.get("PYTHONPATH"):

@@ -347,7 +347,8 @@ def write_idx(path: Path, array) -> None:
 
 
 def write_probe(directory: Path, rank: int, steps: dict[int, float], *, modules: dict[int, list] | None = None,
-                autocast: str | None = None, end: bool = True, world_size: int = 2, device: str = "cpu") -> None:
+                autocast: str | None = None, end: bool = True, world_size: int = 2, device: str = "cpu",
+                float32_math: str | None = None) -> None:
     """A rank file as the probe writes it: header, step records (loss, grad_norm, lr), module records, end."""
     directory.mkdir(parents=True, exist_ok=True)
     lines = [{"kind": "header", "format": records.FORMAT, "rank": rank, "world_size": world_size, "device": device,
@@ -355,7 +356,7 @@ def write_probe(directory: Path, rank: int, steps: dict[int, float], *, modules:
     layouts: dict[tuple, int] = {}
     for step, loss in steps.items():
         lines.append({"kind": "step", "step": step, "loss": loss, "grad_norm": loss * 2, "lr": 0.1,
-                      "autocast": autocast})
+                      "autocast": autocast, **({"float32_math": float32_math} if float32_math else {})})
         if modules and step in modules:
             entries = tuple(e for e, _ in modules[step])
             if entries not in layouts:

@@ -93,7 +93,9 @@ def test_forced_npu_without_torch_npu_says_which_pip_install() -> None:
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a CUDA device")
 def test_forced_cuda_without_gpu_is_refused() -> None:
-    with pytest.raises(nm.DeviceUnavailableError, match=r"No cuda device is visible \(torch\.cuda\.is_available\(\) is False\)"):
+    # The suite hides the host's GPUs (CUDA_VISIBLE_DEVICES=''): the line names the mask too.
+    with pytest.raises(nm.DeviceUnavailableError,
+                       match=r"No cuda device is visible \(torch\.cuda\.is_available\(\) is False, CUDA_VISIBLE_DEVICES=''\)"):
         nm.resolve_device("cuda")
 
 

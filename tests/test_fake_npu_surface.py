@@ -259,6 +259,23 @@ def test_every_name_in_use_is_simulated(version: str) -> None:
     assert not missing, f"names torch-npu {version} has and npu_migrate uses, missing from tests/fake_npu: {missing}"
 
 
+@pytest.mark.parametrize("version", compared_versions())
+def test_the_hf32_switches_the_probe_reads_are_the_release_ones(version: str) -> None:
+    """The probe notes HF32 steps from ``torch.npu.conv.allow_hf32`` and ``torch.npu.matmul.allow_hf32``."""
+    from npu_migrate.compare.stats import HF32_SWITCHES
+
+    rel = release(version)
+    tree = ast.parse(rel.read_text("torch_npu/npu/__init__.py"))
+    assigned = {t.id: node.value for node in tree.body if isinstance(node, ast.Assign)
+                for t in node.targets if isinstance(t, ast.Name)}
+    config = rel.read_text("torch_npu/npu/npu_config.py")
+    for name in HF32_SWITCHES:
+        value = assigned.get(name)
+        assert isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute), (version, name)
+        assert f"class {value.func.attr}" in config, (version, name, value.func.attr)
+    assert config.count('if name == "allow_hf32"') >= 2 * len(HF32_SWITCHES), version  # each one's getter and setter
+
+
 _DUMP = """
 import inspect, json, sys, torch, torch_npu
 names = json.loads(sys.argv[1])

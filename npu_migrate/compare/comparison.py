@@ -23,8 +23,9 @@ from npu_migrate.compare.tolerance import Tolerance
 
 
 def step_dtypes(ra: RankRecording, rb: RankRecording, step: int) -> tuple[str | None, ...]:
-    """What a step's tolerance depends on: each side's autocast dtype that step, and default dtype."""
-    return (ra.autocast.get(step), rb.autocast.get(step), ra.header.get("default_dtype"), rb.header.get("default_dtype"))
+    """What a step's tolerance depends on: each side's autocast dtype and float32 math that step, and default dtype."""
+    return (ra.autocast.get(step), rb.autocast.get(step), ra.float32_math.get(step), rb.float32_math.get(step),
+            ra.header.get("default_dtype"), rb.header.get("default_dtype"))
 
 
 @dataclass

@@ -50,7 +50,7 @@ from npu_migrate import fileio, redact
 from npu_migrate.compare import records
 from npu_migrate.compare.module_hooks import ModuleHooks, wrapper_types
 from npu_migrate.compare.settings import ProbeError, ProbeSettings, StepRange, parse_ranks
-from npu_migrate.compare.stats import autocast_dtype, dtype_name, fenced, step_records
+from npu_migrate.compare.stats import autocast_dtype, dtype_name, fenced, float32_math, step_records
 from npu_migrate.compare.writer import DeviceFence, RecordWriter
 
 logger = logging.getLogger(__name__)
@@ -282,6 +282,7 @@ class Probe(ModuleHooks):
         self._grad_parts: list[torch.Tensor] = []
         self._lr: float | None = None
         self._autocast: str | None = None
+        self._float32: str | None = None
         self._calls: dict[str, int] = {}
         self._grad_calls: dict[tuple[str, str], int] = {}
         self._entries: list[tuple[str, int, str, str, str, tuple[int, ...]]] = []
@@ -319,7 +320,7 @@ class Probe(ModuleHooks):
             modules = self._take_modules(step)
             fence = DeviceFence.create(self._device_type) if self._writer.threaded else None
             self._writer.put(functools.partial(step_records, fence, step, self._losses, self._grad_parts, self._lr,
-                                               self._autocast, modules))
+                                               self._autocast, modules, self._float32))
             self._step = step
             if self._modules_level and self._pattern is not None and not self._warned_pattern and self._selected_names \
                     and not any(self._selected_names.values()) and self._rank_selected():
@@ -339,6 +340,7 @@ class Probe(ModuleHooks):
             module.p = 0.0
         if self._autocast is None:
             self._autocast = autocast_dtype(self._device_type)
+            self._float32 = float32_math(self._device_type)
         if not self._modules_level:
             return None
         if not self._open():

@@ -95,6 +95,8 @@ class RankRecording:
         header: the first header; ``headers`` has every one (more than one with --probe-append).
         steps: ``{step: {"loss": ..., "grad_norm": ..., "lr": ...}}``; a repeated step keeps the last.
         autocast: ``{step: dtype}`` for steps whose forward ran under autocast.
+        float32_math: ``{step: format}`` for steps whose float32 convolutions or matrix products ran in a
+            narrower format (``tfloat32``, ``hfloat32``: :func:`npu_migrate.compare.stats.float32_math`).
         modules: ``{step: (entries, raw float64 bytes)}``.
         end: the ``end`` record, or ``None`` when the process did not exit cleanly.
         notes: lines that could not be read, and why.
@@ -106,6 +108,7 @@ class RankRecording:
     headers: list[dict[str, Any]] = field(default_factory=list)
     steps: dict[int, dict[str, float]] = field(default_factory=dict)
     autocast: dict[int, str] = field(default_factory=dict)
+    float32_math: dict[int, str] = field(default_factory=dict)
     modules: dict[int, tuple[tuple[Entry, ...], bytes]] = field(default_factory=dict)
     end: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
@@ -280,6 +283,10 @@ def _read_line(rec: RankRecording, layouts: dict[tuple[int, int], tuple[Entry, .
             rec.autocast[step] = _text(obj["autocast"], "autocast")
         else:
             rec.autocast.pop(step, None)
+        if obj.get("float32_math"):
+            rec.float32_math[step] = _text(obj["float32_math"], "float32_math")
+        else:
+            rec.float32_math.pop(step, None)
     elif kind == "modules":
         step = _step_number(obj["step"])
         try:

@@ -52,6 +52,11 @@ def _autocast(run: Any) -> str:
     return "/".join(seen) if seen else "off"
 
 
+def _float32_math(run: Any) -> str:
+    seen = sorted({f for rec in run.ranks.values() for f in rec.float32_math.values()})
+    return "/".join(seen) if seen else "float32"
+
+
 def verdict_line(result: Comparison) -> str:
     """One line: PASS or DIVERGED, and why."""
     if result.passed:
@@ -132,6 +137,7 @@ def markdown(result: Comparison) -> str:
             lines.append(f"| {key.replace('_', ' ')} | {a.get(key, '-')} | {b.get(key, '-')} |")
     if result.a.kind == "probe" or result.b.kind == "probe":
         lines.append(f"| autocast | {_autocast(result.a)} | {_autocast(result.b)} |")
+        lines.append(f"| float32 math | {_float32_math(result.a)} | {_float32_math(result.b)} |")
     if "versions" in a or "versions" in b:
         va, vb = a.get("versions", {}), b.get("versions", {})
         lines.append(f"| torch | {va.get('torch', '-')} | {vb.get('torch', '-')} |")

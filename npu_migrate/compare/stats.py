@@ -54,6 +54,37 @@ def autocast_dtype(device_type: str) -> str | None:
     return None
 
 
+HF32_SWITCHES = ("conv", "matmul")
+"""torch_npu's objects under ``torch.npu`` whose ``allow_hf32`` lets float32 run in HF32 (a test reads
+them from the released wheels' ``torch_npu/npu/__init__.py``)."""
+
+
+def float32_math(device_type: str) -> str | None:
+    """The narrower format ``device_type`` computes float32 convolutions or matrix products in now, or ``None``.
+
+    ``tfloat32`` on CUDA devices of compute capability 8.0 or newer while cuDNN's
+    ``torch.backends.cudnn.allow_tf32`` (convolutions; on by default) or cuBLAS's
+    ``torch.backends.cuda.matmul.allow_tf32`` (off by default) is set; ``hfloat32`` on Ascend while
+    torch_npu's ``torch.npu.conv.allow_hf32`` (on by default) or ``torch.npu.matmul.allow_hf32`` is
+    set. Both keep float32's range with about float16's precision (10 and 11 bits of mantissa), so a
+    float32 run on such a device agrees with a CPU run only to that precision.
+    """
+    try:
+        if device_type == "cuda":
+            if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (8, 0):
+                return None
+            backends = torch.backends
+            on = (backends.cudnn.allow_tf32 and backends.cudnn.is_available()) or backends.cuda.matmul.allow_tf32
+            return "tfloat32" if on else None
+        module = getattr(torch, device_type, None) if device_type != "cpu" else None
+        if module is not None and any(getattr(getattr(module, part, None), "allow_hf32", False) is True
+                                      for part in HF32_SWITCHES):
+            return "hfloat32"
+    except Exception:  # noqa: BLE001 - a device without the switches computes float32 as float32
+        return None
+    return None
+
+
 def tensor_stats(tensor: torch.Tensor) -> torch.Tensor:
     """min, max, mean, L2 norm, NaN count and Inf count of ``tensor``, as one tensor on its device.
 
@@ -111,7 +142,8 @@ def fenced(fence: DeviceFence | None, job: Any) -> list[dict[str, Any]]:
 
 
 def step_records(fence: DeviceFence | None, step: int, losses: list[torch.Tensor], grad_parts: list[torch.Tensor],
-                 lr: float | None, autocast: str | None, modules: ModuleStats | None) -> list[dict[str, Any]]:
+                 lr: float | None, autocast: str | None, modules: ModuleStats | None,
+                 float32: str | None = None) -> list[dict[str, Any]]:
     """A step's records from what the training thread left on the device (run by the writer)."""
     if fence is not None:
         fence.wait()
@@ -120,5 +152,5 @@ def step_records(fence: DeviceFence | None, step: int, losses: list[torch.Tensor
     if grad_parts:
         grad_norm = torch.linalg.vector_norm(torch.stack([p.to("cpu", torch.float64) for p in grad_parts])).item()
     out = [{"kind": "step", "step": step, "loss": loss, "backwards": len(losses), "grad_norm": grad_norm, "lr": lr,
-            "autocast": autocast}]
+            "autocast": autocast, **({"float32_math": float32} if float32 else {})}]
     return out + modules() if modules is not None else out

@@ -20,7 +20,9 @@ them yourself. A value is close when
 same both ways round). NaN is never close, not even to NaN; Inf is close only to the same Inf.
 The dtype that decides is the loosest one involved: the dtypes of both tensors and the autocast
 dtype of that step in either run, because a float32 result computed from bfloat16 inputs carries
-bfloat16's error.
+bfloat16's error; likewise the narrower format a device computed float32 convolutions or matrix
+products in that step (TF32 on recent NVIDIA GPUs, HF32 on Ascend; both on by default for
+convolutions), which counts as float16.
 """
 
 from __future__ import annotations
@@ -46,7 +48,8 @@ DEFAULT_DTYPE = "float32"
 """Used when nothing says which dtype produced a value (metrics files, logs, integer tensors)."""
 
 # Reduced-precision types that torch.testing has no entry for: as loose as their nearest relative.
-_ALIASES = {"float8_e4m3fn": "bfloat16", "float8_e5m2": "bfloat16", "float8_e4m3fnuz": "bfloat16",
+_ALIASES = {"tfloat32": "float16", "hfloat32": "float16",  # float32's range, float16's mantissa (or 1 bit more)
+            "float8_e4m3fn": "bfloat16", "float8_e5m2": "bfloat16", "float8_e4m3fnuz": "bfloat16",
             "float8_e5m2fnuz": "bfloat16", "half": "float16", "float": "float32", "double": "float64"}
 
 

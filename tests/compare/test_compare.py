@@ -16,7 +16,7 @@ import pytest
 
 from conftest import child_env, run_cli
 from support import LOSSES, two_ranks, write_probe
-from npu_migrate.compare import tolerance
+from npu_migrate.compare import report, tolerance
 from npu_migrate.compare.tolerance import Tolerance
 from npu_migrate.compare.verdict import compare
 
@@ -164,6 +164,19 @@ def test_autocast_steps_loosen_the_tolerance(tmp_path: Path) -> None:
     b = two_ranks(tmp_path / "b", {1: 2.02}, autocast="bfloat16")
     assert compare(str(a), str(b)).passed
     assert not compare(str(a), str(two_ranks(tmp_path / "c", {1: 2.02}))).passed
+
+
+def test_tf32_and_hf32_steps_count_as_float16(tmp_path: Path) -> None:
+    """A GPU's TF32 (or an NPU's HF32) float32 convolutions agree with a CPU run only to float16's precision."""
+    a = two_ranks(tmp_path / "a", {1: 2.0})
+    for fmt in ("tfloat32", "hfloat32"):
+        b = two_ranks(tmp_path / fmt, {1: 2.0 * (1 + 5e-3)}, device="cuda", float32_math=fmt)
+        result = compare(str(a), str(b))
+        assert result.passed, result.problems
+        assert f"| float32 math | float32 | {fmt} |" in report.markdown(result)
+    # the same difference in plain float32 is a divergence, and float16's own bound still holds
+    assert not compare(str(a), str(two_ranks(tmp_path / "ieee", {1: 2.0 * (1 + 5e-3)}))).passed
+    assert not compare(str(a), str(two_ranks(tmp_path / "far", {1: 2.0 * 1.02}, float32_math="tfloat32"))).passed
 
 
 def test_torn_last_line_after_a_crash_is_skipped(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import FAKE_NPU, child_env
+from conftest import FAKE_NPU, HIDDEN_DEVICES, child_env
 from port.marks import torch_style_runs
 from npu_migrate.port import port_source
 from npu_migrate.port.rules import RULES
@@ -108,7 +108,8 @@ def npu_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str,
     out = tmp_path_factory.mktemp("npu") / "results.json"
     proc = subprocess.run(
         [sys.executable, str(Path(fixture_runner.__file__)), "npu_migrate", str(out), *map(str, OUTPUTS)],
-        env=child_env(FAKE_NPU), capture_output=True, text=True, timeout=600,
+        # The ported code runs without runtime migration: a GPU host's CUDA stays hidden here too.
+        env=child_env(FAKE_NPU, **HIDDEN_DEVICES), capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stderr
     return json.loads(out.read_text())

@@ -142,7 +142,9 @@ def collective_checks(device: torch.device, rank: int, world: int) -> dict:
     parts = [torch.empty(2, device=device) for _ in range(world)]
     dist.all_gather(parts, torch.tensor([float(rank), 10.0 * rank], device=device))
     flat = torch.empty(2 * world, device=device)
-    dist.all_gather_single(flat, torch.tensor([float(rank), 10.0 * rank], device=device))
+    # all_gather_single is the newer name (torch >= 2.14); all_gather_into_tensor the older one.
+    gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    gather_single(flat, torch.tensor([float(rank), 10.0 * rank], device=device))
     pending = torch.full((2,), 2.0 ** rank, device=device)
     work = dist.all_reduce(pending, async_op=True)
     work.wait()

@@ -35,7 +35,8 @@ def flag(name: str) -> str | None:
 if "--ignore-term" in sys.argv:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 info = nm.init_distributed()
-value = torch.tensor([float(info.rank + 1)])
+# On the rank's device: nccl and hccl reduce only their own devices' tensors.
+value = torch.tensor([float(info.rank + 1)], device=info.device)
 dist.all_reduce(value)
 on_rank = int(flag("--on-rank") or -1)
 me = on_rank in (-1, info.rank)
