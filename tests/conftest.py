@@ -85,8 +85,13 @@ def _fake_npu_missing() -> str | None:
 FAKE_NPU_MISSING = _fake_npu_missing()
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m selects: a `long` test must count as `slow` there
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip the simulated-NPU tier, naming the missing torch feature, on a torch too old for it."""
+    """A ``long`` test is ``slow`` too; skip the simulated-NPU tier, naming the missing torch feature,
+    on a torch too old for it."""
+    for item in items:
+        if item.get_closest_marker("long") is not None and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.slow)
     if FAKE_NPU_MISSING is None:
         return
     skip = pytest.mark.skip(reason=FAKE_NPU_MISSING)
@@ -330,3 +335,28 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if target and not os.environ.get("PYTEST_XDIST_WORKER"):  # xdist's workers hand their reports to the controller
         with open(target, "a") as fh:
             fh.write(f"{report.duration:.2f}\t{report.when}\t{report.outcome}\t{report.nodeid}\n")
+
+
+FAST_LOOP_NOTICE_S = 5.0
+"""A test of the fast loop (``-m "not slow"``) that takes this long is named at the end of the run."""
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:  # noqa: ANN001
+    """In the fast loop, name the tests that took ``FAST_LOOP_NOTICE_S`` or more: candidates for ``slow``.
+
+    A notice, never a failure (a loaded machine is slow): the loop stays fast only if tests that
+    start launchers or ranks are marked, and this is where a new one shows.
+    """
+    if "not slow" not in (config.getoption("markexpr", "") or ""):
+        return
+    seen: dict[str, float] = {}
+    for reports in terminalreporter.stats.values():
+        for rep in reports:
+            if isinstance(rep, pytest.TestReport) and rep.outcome != "skipped":
+                seen[rep.nodeid] = seen.get(rep.nodeid, 0.0) + rep.duration
+    over = sorted(((t, n) for n, t in seen.items() if t >= FAST_LOOP_NOTICE_S), reverse=True)
+    if over:
+        terminalreporter.write_sep("-", f"fast-loop tests that took {FAST_LOOP_NOTICE_S:g} s or more (mark them slow "
+                                        "unless they are their area's one real-process test)")
+        for took, nodeid in over:
+            terminalreporter.write_line(f"{took:6.1f} s  {nodeid}")

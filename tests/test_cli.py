@@ -25,6 +25,7 @@ def assert_one_line_error(result: subprocess.CompletedProcess, code: int, *needl
     return lines[0]
 
 
+@pytest.mark.slow
 def test_env_json_on_the_cpu_tier_is_cpu_gloo() -> None:
     result = run_cli("env", "--json")
     assert result.returncode == 0, result.stderr
@@ -35,6 +36,7 @@ def test_env_json_on_the_cpu_tier_is_cpu_gloo() -> None:
     assert report["torch_npu_version"] is None
 
 
+@pytest.mark.slow
 def test_env_text_names_family_and_source() -> None:
     result = run_cli("env", env=child_env(NPU_MIGRATE_DEVICE="cpu", HCCL_CONNECT_TIMEOUT="600"))
     assert result.returncode == 0, result.stderr
@@ -42,6 +44,7 @@ def test_env_text_names_family_and_source() -> None:
     assert "HCCL_CONNECT_TIMEOUT=600" in result.stdout
 
 
+@pytest.mark.slow
 def test_forcing_npu_without_torch_npu_fails_in_one_line() -> None:
     result = run_cli("env", env=child_env(NPU_MIGRATE_DEVICE="npu"))
     line = assert_one_line_error(result, 1, "npu needs torch_npu, which is not installed")
@@ -50,6 +53,7 @@ def test_forcing_npu_without_torch_npu_fails_in_one_line() -> None:
     assert "pip install torch-npu==" in line or "`npu-migrate env --releases` names it" in line, line
 
 
+@pytest.mark.slow
 def test_broken_torch_npu_fails_in_one_line() -> None:
     result = run_cli("env", "--device", "npu", env=child_env(BROKEN_NPU))
     if TORCH_AUTOLOADS:  # `import torch` itself fails: torch imports torch_npu through its entry point
@@ -59,6 +63,7 @@ def test_broken_torch_npu_fails_in_one_line() -> None:
         assert_one_line_error(result, 1, "failed to import: libascendcl.so", "set_env.sh")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not TORCH_AUTOLOADS, reason="torch < 2.5 does not auto-load device extensions")
 @pytest.mark.parametrize("command", [["env"], ["launch", "--device-num", "1"], ["run"]])
 def test_broken_autoloaded_torch_npu_fails_every_torch_command_in_one_line(tmp_path: Path, command: list[str]) -> None:
@@ -71,6 +76,7 @@ def test_broken_autoloaded_torch_npu_fails_every_torch_command_in_one_line(tmp_p
                           "set TORCH_DEVICE_BACKEND_AUTOLOAD=0")
 
 
+@pytest.mark.slow
 def test_broken_torch_npu_with_cpu_forced_still_works() -> None:
     result = run_cli("env", "--json", "--device", "cpu", env=child_env(BROKEN_NPU, NPU_MIGRATE_DEVICE=""))
     assert result.returncode == 0, result.stderr
@@ -93,6 +99,7 @@ def test_mismatched_torch_npu_fails_in_one_line() -> None:
     assert_one_line_error(result, 1, "torch_npu 1.11.0.post1", f"torch {torch.__version__.split('+')[0]}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["flag", "variable"])
 def test_unknown_family_is_a_usage_error_listing_families(how: str) -> None:
     if how == "flag":
@@ -105,6 +112,7 @@ def test_unknown_family_is_a_usage_error_listing_families(how: str) -> None:
         assert_one_line_error(result, 2, "Unknown device 'gpu'", "Expected one of: auto, npu, cuda, cpu")
 
 
+@pytest.mark.slow
 def test_console_script_matches_python_dash_m() -> None:
     script = Path(sys.executable).with_name("npu-migrate")
     if not script.exists():
@@ -153,6 +161,7 @@ TRAIN_FAILS = "raise SystemExit(1)\n"
     (["port", "{missing}"], 2),
     (["check", "--select", "NM999", "{clean}"], 2),
 ], ids=lambda v: " ".join(v) if isinstance(v, list) else str(v))
+@pytest.mark.slow
 def test_exit_codes(tmp_path: Path, argv: list[str], code: int) -> None:
     files = {"ok": TRAIN_OK, "fails": TRAIN_FAILS, "clean": "x = 1\n", "cuda": "import torch\nx = torch.zeros(1).cuda()\n"}
     for name, text in files.items():
@@ -163,6 +172,7 @@ def test_exit_codes(tmp_path: Path, argv: list[str], code: int) -> None:
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_run_leaves_the_scripts_logging_alone(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text(
@@ -201,6 +211,7 @@ def test_commands_that_need_no_torch_never_import_it(tmp_path: Path, argv: list[
     assert result.stderr.strip().splitlines()[-1] == "NO-TORCH"
 
 
+@pytest.mark.slow
 def test_dry_run_into_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text(TRAIN_OK)

@@ -55,6 +55,7 @@ def test_bad_environment_is_one_clear_error(monkeypatch: pytest.MonkeyPatch, env
     assert not dist.is_initialized()
 
 
+@pytest.mark.slow
 def test_two_ranks_torchrun_style(tmp_path: Path) -> None:
     reports = run_ranks(LAUNCH_SCRIPTS / "rank_report.py", 2, tmp_path)
     assert {r["rank"] for r in reports} == {0, 1}
@@ -65,6 +66,7 @@ def test_two_ranks_torchrun_style(tmp_path: Path) -> None:
         assert r["same_on_second_call"]
 
 
+@pytest.mark.slow
 def test_two_ranks_spawned_like_seed_003(tmp_path: Path) -> None:
     from launch.scripts.spawn_job import worker
 
@@ -74,6 +76,7 @@ def test_two_ranks_spawned_like_seed_003(tmp_path: Path) -> None:
     assert all(r["backend"] == "gloo" and r["ranks"] == [0, 1] and r["sum"] == [3.0] * 3 for r in reports)
 
 
+@pytest.mark.slow
 def test_smoke_command_trains_two_ranks() -> None:
     result = run_cli("smoke", "--nproc", "2", "--steps", "5")
     assert result.returncode == 0, result.stderr
@@ -91,6 +94,7 @@ def test_smoke_refuses_bad_input_in_one_line(args: list[str], message: str) -> N
     assert result.stderr.strip().splitlines() == [f"npu-migrate: error: {message}: expected at least 1 " + ("process." if "nproc" in message else "step.")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["nm", "torch", "ddp"])
 def test_destroying_a_group_right_after_a_collective_never_hangs(tmp_path: Path, mode: str) -> None:
     # Before torch 2.8 this could hang on the way out (torch 2.1.2: every run of 20 rounds); the

@@ -41,7 +41,7 @@ def launch(tmp: Path, example: str, *args: str, nproc: int = 2, paths: tuple = (
 # --------------------------------------------------------------------------- 2 ranks on CPU
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_mnist_on_offline_digits_reaches_95_percent(tmp_path: Path) -> None:
     metrics = tmp_path / "digits.jsonl"
     result = ok(launch(tmp_path, "mnist.py", "--dataset", "digits", "--epochs", "10", "--metrics", str(metrics)))
@@ -68,7 +68,7 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
     return rows(tmp / "full.jsonl")
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_resume_after_epoch_2_of_4_repeats_the_uninterrupted_run(tmp_path: Path, uninterrupted: list[dict]) -> None:
     stopped = [*RESUME_ARGS, "--checkpoint-dir", str(tmp_path / "ckpt"), "--metrics", str(tmp_path / "resumed.jsonl")]
     ok(launch(tmp_path, "mnist.py", *stopped, "--epochs", "2"))
@@ -84,7 +84,7 @@ def test_resume_after_epoch_2_of_4_repeats_the_uninterrupted_run(tmp_path: Path,
     assert resumed[-1]["test_loss"] == uninterrupted[-1]["test_loss"]  # bit for bit on CPU
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_manual_allreduce_matches_ddp(tmp_path: Path, uninterrupted: list[dict]) -> None:
     metrics = tmp_path / "allreduce.jsonl"
     ok(launch(tmp_path, "mnist.py", *RESUME_ARGS, "--epochs", "4", "--grad-sync", "allreduce", "--metrics", str(metrics)))
@@ -94,6 +94,7 @@ def test_manual_allreduce_matches_ddp(tmp_path: Path, uninterrupted: list[dict])
         assert abs(a["test_loss"] - b["test_loss"]) <= 1e-5, (a, b)
 
 
+@pytest.mark.slow
 def test_cifar10_synthetic_dry_run(tmp_path: Path) -> None:
     metrics = tmp_path / "cifar.jsonl"
     ok(launch(tmp_path, "cifar10.py", "--synthetic", "--dry-run", "--batch-size", "4", "--metrics", str(metrics),
@@ -104,6 +105,7 @@ def test_cifar10_synthetic_dry_run(tmp_path: Path) -> None:
     assert (tmp_path / "ckpt" / "last.pt").exists()
 
 
+@pytest.mark.slow
 def test_regression_trainer_learns(tmp_path: Path) -> None:
     metrics = tmp_path / "regression.jsonl"
     ok(launch(tmp_path, "regression.py", "--epochs", "3", "--metrics", str(metrics)))
@@ -113,6 +115,7 @@ def test_regression_trainer_learns(tmp_path: Path) -> None:
     assert got[-1]["test_loss"] < 0.05  # the noise floor is 0.01; the untrained model is far above 1
 
 
+@pytest.mark.slow
 def test_regression_under_torchrun(tmp_path: Path) -> None:
     metrics = tmp_path / "torchrun.jsonl"
     ok(launch(tmp_path, "regression.py", "--dry-run", "--metrics", str(metrics), runner="torchrun"))
@@ -122,6 +125,7 @@ def test_regression_under_torchrun(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- one plain process
 
 
+@pytest.mark.slow
 def test_mnist_as_one_plain_process_reads_torchvision_layout(tmp_path: Path) -> None:
     """One plain `python examples/mnist.py`, offline, on the digits written as MNIST's idx files."""
     import numpy as np
@@ -143,6 +147,7 @@ def test_mnist_as_one_plain_process_reads_torchvision_layout(tmp_path: Path) -> 
     assert got[0]["samples"] == 2 * 32  # --dry-run: 2 batches
 
 
+@pytest.mark.slow
 def test_offline_without_data_fails_in_one_line(tmp_path: Path) -> None:
     result = launch(tmp_path, "mnist.py", runner="plain", **OFFLINE_ENV)
     assert result.returncode == 1
@@ -189,6 +194,7 @@ FAKE_NPU_RUNS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.fake_npu
 @pytest.mark.parametrize("example, args", FAKE_NPU_RUNS, ids=[e for e, _ in FAKE_NPU_RUNS])
 def test_example_runs_on_simulated_npu(tmp_path: Path, example: str, args: list[str]) -> None:

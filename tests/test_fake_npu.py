@@ -18,6 +18,7 @@ pytestmark = pytest.mark.fake_npu
 TORCH_RELEASE = torch.__version__.split("+")[0]
 
 
+@pytest.mark.slow
 def test_env_detects_npu_and_hccl_first() -> None:
     result = run_cli("env", "--json", env=child_env(FAKE_NPU, NPU_MIGRATE_DEVICE=""))  # detection, not forced
     assert result.returncode == 0, result.stderr
@@ -28,6 +29,7 @@ def test_env_detects_npu_and_hccl_first() -> None:
     assert report["families"]["npu"] is True
 
 
+@pytest.mark.slow
 def test_visible_devices_mask_is_respected() -> None:
     result = run_cli("env", "--json", env=child_env(FAKE_NPU, ASCEND_RT_VISIBLE_DEVICES="4,5"))
     report = json.loads(result.stdout)
@@ -35,12 +37,14 @@ def test_visible_devices_mask_is_respected() -> None:
     assert report["environment"]["ASCEND_RT_VISIBLE_DEVICES"] == "4,5"
 
 
+@pytest.mark.slow
 def test_forcing_cpu_overrides_detected_npu() -> None:
     result = run_cli("env", "--json", env=child_env(FAKE_NPU, NPU_MIGRATE_DEVICE="cpu"))
     report = json.loads(result.stdout)
     assert (report["device_type"], report["device_source"], report["backend"]) == ("cpu", "NPU_MIGRATE_DEVICE", "gloo")
 
 
+@pytest.mark.slow
 def test_cuda_and_nccl_settings_are_flagged_on_npu() -> None:
     env = child_env(FAKE_NPU, CUDA_VISIBLE_DEVICES="0,1", NCCL_SOCKET_IFNAME="eth0", ASCEND_TOOLKIT_HOME="/nonexistent")
     report = json.loads(run_cli("env", "--json", env=env).stdout)
@@ -49,6 +53,7 @@ def test_cuda_and_nccl_settings_are_flagged_on_npu() -> None:
     assert report["environment"]["NCCL_SOCKET_IFNAME"] == "eth0"
 
 
+@pytest.mark.slow
 def test_two_rank_job_runs_on_hccl_with_one_device_per_rank(tmp_path: Path) -> None:
     reports = run_ranks(LAUNCH_SCRIPTS / "rank_report.py", 2, tmp_path, FAKE_NPU)
     assert {r["rank"] for r in reports} == {0, 1}
@@ -60,11 +65,13 @@ def test_two_rank_job_runs_on_hccl_with_one_device_per_rank(tmp_path: Path) -> N
         assert r["all_reduce_sum"] == 3.0
 
 
+@pytest.mark.slow
 def test_more_ranks_than_visible_devices_is_refused(tmp_path: Path) -> None:
     with pytest.raises(AssertionError, match=r"LOCAL_RANK=1 but this process sees only 1 npu device\(s\) \(ASCEND_RT_VISIBLE_DEVICES='3'\)\. Start at most 1 processes per node"):
         run_ranks(LAUNCH_SCRIPTS / "rank_report.py", 2, tmp_path, FAKE_NPU, timeout=60, ASCEND_RT_VISIBLE_DEVICES="3")
 
 
+@pytest.mark.slow
 def test_smoke_job_trains_on_simulated_npus() -> None:
     result = run_cli("smoke", "--nproc", "2", "--steps", "5", env=child_env(FAKE_NPU))
     assert result.returncode == 0, result.stderr

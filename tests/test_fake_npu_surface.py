@@ -240,6 +240,7 @@ def test_the_release_surface_is_read_from_the_wheel(version: str) -> None:
     assert entries["FloatTensor"].kind is surface.Kind.NATIVE  # created by torch_npu._C: no Python signature
 
 
+@pytest.mark.slow
 def test_not_simulated_list_is_in_sync() -> None:
     versions = compared_versions()
     for version in versions:
@@ -247,6 +248,7 @@ def test_not_simulated_list_is_in_sync() -> None:
     assert render(versions) == NOT_SIMULATED.read_text(), f"{NOT_SIMULATED} is out of date: run {REGENERATE}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("version", compared_versions())
 def test_every_name_in_use_is_simulated(version: str) -> None:
     used = used_names()
@@ -301,6 +303,7 @@ print(json.dumps({"public": public, "signatures": out}))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.fake_npu
 def test_stand_in_signatures_are_the_release_ones() -> None:
     """torch.npu after importing the stand-in, against the release that pairs with this torch."""

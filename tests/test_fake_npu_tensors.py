@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from conftest import FAKE_NPU, LAUNCH_SCRIPTS, child_env, run_cli, run_ranks
 
-pytestmark = pytest.mark.fake_npu
+pytestmark = [pytest.mark.fake_npu, pytest.mark.slow]  # one simulated-NPU job (a module fixture) serves the tests
 
 SEED, STEPS, WORLD = 3, 5, 2
 

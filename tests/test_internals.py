@@ -131,6 +131,7 @@ def _listed(name: str) -> bool:
     return any(path == name or path.startswith(name + ".") for path in paths)
 
 
+@pytest.mark.slow
 def test_every_private_name_the_package_uses_is_listed() -> None:
     uses = private_uses()
     assert "torch._C._jit_get_all_schemas" in uses and ".pg_map" not in uses  # the scan sees what it should

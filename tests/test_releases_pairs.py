@@ -126,6 +126,7 @@ def _undeclared_pair(tmp_path: Path) -> Path:
     return site
 
 
+@pytest.mark.slow
 def test_env_warns_about_a_pair_the_release_does_not_declare(tmp_path: Path) -> None:
     site = _undeclared_pair(tmp_path)
     result = run_cli("env", "--device", "cpu", "--json", env=child_env(site))
@@ -139,6 +140,7 @@ def test_env_warns_about_a_pair_the_release_does_not_declare(tmp_path: Path) -> 
                             f"https://download.pytorch.org/whl/cpu.")
 
 
+@pytest.mark.slow
 def test_env_names_the_cached_release_that_pairs_with_this_torch(tmp_path: Path) -> None:
     cache = releases.cache_dir()
     found = pairs.pairing(torch.__version__)
@@ -164,6 +166,7 @@ def test_env_names_the_cached_release_that_pairs_with_this_torch(tmp_path: Path)
 
 
 
+@pytest.mark.slow
 def test_env_releases_downloads_the_pairing_release_once(tmp_path: Path) -> None:
     """``env --releases`` fetches with pip (here from a local folder of wheels, as a mirror would)."""
     _release("2.14.0"), _release("2.1.0.post17")

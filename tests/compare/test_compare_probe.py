@@ -154,7 +154,7 @@ def full_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp / "full"
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_crash_mid_run_keeps_every_record_written_before_it(full_run: Path, tmp_path: Path) -> None:
     result = launch(tmp_path, "--probe", str(tmp_path / "crash"), "--probe-level", "modules",
                     script_args=("--steps", "6", "--kill-at", "4"))
@@ -168,7 +168,7 @@ def test_crash_mid_run_keeps_every_record_written_before_it(full_run: Path, tmp_
     assert diverged.exit_code == 1 and any("only in A" in p for p in diverged.problems)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_nan_in_a_real_run_fails_and_points_at_the_data(full_run: Path, tmp_path: Path) -> None:
     result = launch(tmp_path, "--probe", str(tmp_path / "nan"), "--probe-level", "modules",
                     script_args=("--steps", "6", "--nan-at", "3"))
@@ -178,6 +178,7 @@ def test_nan_in_a_real_run_fails_and_points_at_the_data(full_run: Path, tmp_path
     assert "already in what the first recorded module received" in cmp.stdout
 
 
+@pytest.mark.slow
 def test_filter_matching_nothing_warns_then_fails_the_job(tmp_path: Path) -> None:
     result = launch(tmp_path, "--probe", str(tmp_path / "p"), "--probe-level", "modules", "--probe-modules", "conv",
                     script_args=("--steps", "2",))
@@ -186,6 +187,7 @@ def test_filter_matching_nothing_warns_then_fails_the_job(tmp_path: Path) -> Non
     assert "error: --probe" in result.stderr and "matched none of the 4 modules (TinyNet, act, fc1, fc2)" in result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(torch._C, "TensorBase"),
                     reason="npu-migrate run's runtime migration reads torch._C.TensorBase, which torch 2.1 names "
                            "torch._C._TensorBase (npu_migrate/migrate/__init__.py, not the probe)")

@@ -19,7 +19,7 @@ import torch
 from conftest import FAKE_NPU, ROOT, child_env, run_cli
 
 # The shared runs are made by the first test that needs them: allow for their start-up.
-pytestmark = [pytest.mark.timeout(900), pytest.mark.slow]  # every test reads training runs a module fixture records
+pytestmark = [pytest.mark.timeout(900), pytest.mark.long]  # every test reads training runs a module fixture records
 
 EXAMPLES = ROOT / "examples"
 SCRIPTS = Path(__file__).with_name("scripts")

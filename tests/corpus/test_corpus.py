@@ -71,7 +71,7 @@ def _port(entry: Path, out: Path, style: str) -> Path:
     return out
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.parametrize("style", ["npu_migrate", pytest.param("torch", marks=torch_style_runs)])
 def test_ddp_torchrun_tutorial_trains_and_resumes_on_cpu_with_two_ranks(style: str, tmp_path: Path) -> None:
     """torchrun-style env, DistributedSampler, pin_memory, snapshot checkpoint and resume."""

@@ -95,7 +95,7 @@ def _check_migrated(console: str, report: dict, iters: int, target: str) -> None
     assert {'torch.autocast(device_type="cuda")', "torch.cuda.amp.GradScaler"} <= set(report["apis"]), report
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @_needs_cpu_fused_adamw
 def test_allamo_trains_unmodified_with_flash_attn_served_on_cpu(tmp_path: Path) -> None:
     work, vocab = _workdir(tmp_path)
@@ -105,7 +105,7 @@ def test_allamo_trains_unmodified_with_flash_attn_served_on_cpu(tmp_path: Path) 
     assert state["tok_embeddings.weight"].shape == (vocab, 32)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.fake_npu
 @_needs_cpu_fused_adamw
 def test_allamo_trains_unmodified_with_flash_attn_served_on_the_simulated_npu(tmp_path: Path) -> None:
@@ -114,7 +114,7 @@ def test_allamo_trains_unmodified_with_flash_attn_served_on_the_simulated_npu(tm
     _check_migrated(console, report, 10, "npu")
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_allamo_port_imports_npu_migrate_flash_attn_and_trains_without_migration(tmp_path: Path) -> None:
     ported = tmp_path / "ported"
     result = run_cli("port", str(ENTRY), "--out", str(ported))

@@ -126,7 +126,7 @@ def _evals(text: str) -> dict[int, float]:
     return {int(m[1]): float(m[2]) for m in re.finditer(r"step (\d+): train loss [\d.]+, val loss ([\d.]+)", text)}
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.skipif(not _cpu_fused_adamw(), reason=(
     f"nanoGPT asks for AdamW(fused=True) when it believes it runs on CUDA; fused AdamW for CPU tensors "
     f"needs torch >= 2.4 (torch {torch.__version__})"))
@@ -165,7 +165,7 @@ def test_nanogpt_trains_compiled_with_two_ranks_and_resumes(tmp_path: Path) -> N
 
 # --- pytorch/examples DDP tutorial, torchrun version: torchrun env, snapshot and resume, pin_memory -----
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_ddp_torchrun_tutorial_trains_and_resumes_unmodified(tmp_path: Path) -> None:
     """``nccl`` and ``.to(self.gpu_id)`` as written: the migration maps them."""
     work = _workdir("pytorch_examples_ddp_torchrun", tmp_path)
@@ -186,7 +186,7 @@ def test_ddp_torchrun_tutorial_trains_and_resumes_unmodified(tmp_path: Path) -> 
 
 # --- pytorch/examples DDP tutorial, mp.spawn version: world size from torch.cuda.device_count() ---------
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_ddp_spawn_tutorial_trains_on_two_simulated_devices(tmp_path: Path) -> None:
     """``mp.spawn(nprocs=torch.cuda.device_count())``, ``nccl``, ``torch.cuda.set_device(rank)``, pin_memory."""
     work = _workdir("pytorch_examples_ddp_spawn", tmp_path)
@@ -208,7 +208,7 @@ def _mnist_test_losses(text: str) -> list[float]:
     return [float(m) for m in re.findall(r"Test set: Average loss: ([\d.]+)", text)]
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_mnist_2018_trains_in_one_process_with_a_worker_and_pinned_memory(tmp_path: Path) -> None:
     work = _workdir("pytorch_examples_mnist_2018", tmp_path)
     stand_ins.mnist_raw(tmp_path / "data")  # the script reads '../data' from its working directory
@@ -224,7 +224,7 @@ def test_mnist_2018_trains_in_one_process_with_a_worker_and_pinned_memory(tmp_pa
 
 # --- pytorch/examples ImageNet: mp.spawn over torch.cuda.device_count(), workers, pin_memory, checkpoint --
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_imagenet_example_trains_with_mp_spawn_and_pinned_memory(tmp_path: Path) -> None:
     """``--multiprocessing-distributed``: one spawned rank per simulated device, ``nccl`` as its default.
 
@@ -256,7 +256,7 @@ def test_imagenet_example_trains_with_mp_spawn_and_pinned_memory(tmp_path: Path)
 
 # --- yunjey/pytorch-tutorial feedforward network: module-level device choice, fixed settings, checkpoint ---
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_pytorch_tutorial_feedforward_trains_and_saves_a_checkpoint(tmp_path: Path) -> None:
     """Settings are constants in the script; the stand-in's 256 images make its 5 epochs 15 steps."""
     work = tmp_path / "tutorials" / "yunjey_feedforward"
@@ -279,7 +279,7 @@ def _rank_losses(text: str, rank: int) -> list[float]:
                                          text)]
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_llms_from_scratch_ddp_script_trains_on_both_ranks(tmp_path: Path) -> None:
     """``model.to(rank)`` and ``DDP(device_ids=[rank])`` with a plain int rank: the migration maps it to a device.
 
@@ -306,7 +306,7 @@ def _epoch_losses(text: str) -> list[float]:
     return [float(m) for m in re.findall(r"Epoch: \d+ \| train_loss: ([\d.]+) \|", text)]
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_going_modular_trains_with_dataloader_workers_and_saves_the_model(tmp_path: Path) -> None:
     """``num_workers=os.cpu_count()`` for both loaders: batches come from worker processes.
 
@@ -330,7 +330,7 @@ def test_going_modular_trains_with_dataloader_workers_and_saves_the_model(tmp_pa
 
 # --- pytorch/tutorials Quickstart: cuda/mps/cpu device chain, FashionMNIST, save and reload in the script --
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_pytorch_tutorials_quickstart_trains_saves_and_reloads(tmp_path: Path) -> None:
     """``"cuda" if torch.cuda.is_available() else "mps" if ... else "cpu"``: migration picks its first branch.
 
@@ -362,7 +362,7 @@ def _has_fsdp2() -> bool:
     return hasattr(torch, "accelerator") and hasattr(torch.distributed, "get_default_backend_for_device")
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.skipif(not _has_fsdp2(), reason=(
     f"the FSDP2 example needs torch.accelerator, get_default_backend_for_device and the public fully_shard "
     f"(torch >= 2.6); torch {torch.__version__} has not"))
@@ -407,7 +407,7 @@ def _train_losses(text: str) -> dict[int, float]:
     return {int(m[1]): float(m[2]) for m in re.finditer(r"Epoch (\d+) \| Iter 0 \| Train Loss ([\d.]+)", text)}
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.skipif(not (hasattr(torch, "accelerator") and hasattr(torch.distributed, "get_default_backend_for_device")),
                     reason=f"minGPT-DDP asks torch.accelerator (torch >= 2.6); torch {torch.__version__} has none")
 def test_mingpt_ddp_trains_with_amp_on_the_accelerator_api_and_resumes(tmp_path: Path) -> None:

@@ -87,7 +87,7 @@ def gets(recorded: list[dict]) -> list[str]:
 MNIST_ARGS = ["--epochs", "1", "--limit-batches", "4"]
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_mnist_from_s3_on_2_ranks_matches_local_copy_and_downloads_once_per_node(
         s3: Server, mnist_dir: Path, tmp_path: Path) -> None:
     bucket = new_bucket("mnist")
@@ -120,7 +120,7 @@ def test_mnist_from_s3_on_2_ranks_matches_local_copy_and_downloads_once_per_node
     assert gets(again) == [] and sum("list-type" in r["url"] for r in again) == 1
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_seed000_tensors_from_oss_with_checkpoint(server: Server, mnist_dir: Path, tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Seed 000's training.pt / test.pt in oss://, OSS_* variables only, virtual-hosted, no checksum headers."""
@@ -161,7 +161,7 @@ def test_seed000_tensors_from_oss_with_checkpoint(server: Server, mnist_dir: Pat
     assert SECRET not in result.stderr + result.stdout and KEY_ID not in result.stderr + result.stdout
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_checkpoint_in_s3_resumes_to_the_uninterrupted_run(s3: Server, mnist_dir: Path, tmp_path: Path) -> None:
     bucket = new_bucket("ckpt")
     env = s3_env(s3)
@@ -182,6 +182,7 @@ def test_checkpoint_in_s3_resumes_to_the_uninterrupted_run(s3: Server, mnist_dir
     assert not [f for f in storage.list_files(f"s3://{bucket}/runs") if f.relpath != "a/last.pt"]
 
 
+@pytest.mark.slow
 def test_missing_bucket_stops_every_rank_with_one_line(s3: Server, tmp_path: Path) -> None:
     result = run(tmp_path, "mnist.py", "--dry-run", "--data-dir", "s3://no-such-bucket/datasets",
                  "--cache-dir", str(tmp_path / "cache"), env=s3_env(s3), timeout=120)
@@ -194,6 +195,7 @@ def test_missing_bucket_stops_every_rank_with_one_line(s3: Server, tmp_path: Pat
     assert "Traceback" not in result.stderr and SECRET not in result.stderr
 
 
+@pytest.mark.slow
 def test_checkpoint_bucket_is_checked_before_training(s3: Server, tmp_path: Path) -> None:
     result = run(tmp_path, "regression.py", "--dry-run", "--checkpoint-dir", "s3://no-such-bucket/run",
                  nproc=0, env=s3_env(s3))
@@ -203,6 +205,7 @@ def test_checkpoint_bucket_is_checked_before_training(s3: Server, tmp_path: Path
     assert "epoch 1/" not in result.stderr
 
 
+@pytest.mark.slow
 def test_remote_data_dir_without_the_dataset_says_what_to_upload(s3: Server, tmp_path: Path) -> None:
     bucket = new_bucket("empty")
     upload(f"s3://{bucket}/datasets/README", b"nothing here")
@@ -340,6 +343,7 @@ class KilledServer:
         self.proc.wait()
 
 
+@pytest.mark.slow
 def test_server_killed_mid_download_then_resumed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     for name, value in s3_env(Server(0)).items():
         monkeypatch.setenv(name, value)
@@ -433,6 +437,7 @@ def test_changed_or_corrupt_partial_is_never_accepted(s3: Server, tmp_path: Path
 # --------------------------------------------------------------------------- lazy imports
 
 
+@pytest.mark.slow
 def test_local_paths_never_import_the_storage_extra(tmp_path: Path) -> None:
     code = f"""
 import sys

@@ -16,7 +16,7 @@ from support import Launch, needs_fsdp2, rank_block
 SCRIPTS = Path(__file__).with_name("scripts")
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @needs_fsdp2
 def test_an_fsdp2_rank_that_stops_before_its_backward_is_named(tmp_path: Path) -> None:
     job = Launch(tmp_path, "--migrate", "--device-num", "2", "--hang-timeout", "5", str(MIGRATE_SCRIPTS / "accelerator_fsdp2.py"),
@@ -30,7 +30,7 @@ def test_an_fsdp2_rank_that_stops_before_its_backward_is_named(tmp_path: Path) -
     assert "migration saw no CUDA" not in err  # a failed job's ranks may not have written their records
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.parametrize("mode, stopped, waiting, op", [
     ("async", 1, 0, "all_reduce #2"),  # blocked in Work.wait() of an all_reduce(async_op=True)
     ("buffers", 0, 1, "broadcast_coalesced #7"),  # DDP construction: verify_params #1, broadcast_coalesced #2

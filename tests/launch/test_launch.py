@@ -38,6 +38,7 @@ def test_one_node_two_ranks_with_torchrun_environment(tmp_path: Path) -> None:
     assert_all_gone(all_pids(tmp_path, 2))
 
 
+@pytest.mark.slow
 def test_two_nodes_two_ranks_each_are_node_major(tmp_path: Path) -> None:
     port = str(two_free_ports())
     common = ["--nnodes", "2", "--device-num", "2", "--addr", "127.0.0.1", "--port", port, "--join-timeout", "60"]
@@ -51,6 +52,7 @@ def test_two_nodes_two_ranks_each_are_node_major(tmp_path: Path) -> None:
     assert all(r["env"]["WORLD_SIZE"] == "4" and r["sum"] == 10.0 for r in got)
 
 
+@pytest.mark.slow
 def test_module_target_and_subcommand(tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "npu_migrate", "launch", "--device-num", "2", "-m", "launch.scripts.launch_job", "--k", "v"],
@@ -60,6 +62,7 @@ def test_module_target_and_subcommand(tmp_path: Path) -> None:
     assert [r["argv"][1:] for r in reports(tmp_path, 2)] == [["--k", "v"]] * 2
 
 
+@pytest.mark.slow
 def test_function_target_like_seed_003(tmp_path: Path) -> None:
     from npu_migrate.launch import JobFailed, spawn
     from launch.scripts.spawn_target import train
@@ -72,6 +75,7 @@ def test_function_target_like_seed_003(tmp_path: Path) -> None:
     assert info.value.exit_code == 1
 
 
+@pytest.mark.slow
 def test_log_dir_has_one_file_per_rank(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     job = Launch(tmp_path, "--device-num", "2", "--log-dir", str(logs), str(JOB), "--fail", "--on-rank", "1")
@@ -81,6 +85,7 @@ def test_log_dir_has_one_file_per_rank(tmp_path: Path) -> None:
     assert f"full output: {logs / 'rank1.log'}" in job.err
 
 
+@pytest.mark.slow
 def test_restart_after_a_failure(tmp_path: Path) -> None:
     job = Launch(tmp_path, "--device-num", "2", "--max-restarts", "1", str(JOB), "--fail-first", "--on-rank", "0")
     assert job.wait() == 0, job.err
@@ -88,6 +93,7 @@ def test_restart_after_a_failure(tmp_path: Path) -> None:
     assert all(r["env"]["TORCHELASTIC_RESTART_COUNT"] == "1" for r in reports(tmp_path, 2))
 
 
+@pytest.mark.slow
 def test_dry_run_prints_the_world_and_starts_nothing(tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "npu_migrate.launch", "--dry-run", "--nnodes", "2", "--node-rank", "1",
@@ -103,6 +109,7 @@ def test_dry_run_prints_the_world_and_starts_nothing(tmp_path: Path) -> None:
     assert not list(tmp_path.glob("rank*.json"))
 
 
+@pytest.mark.slow
 def test_slurm_environment_fills_in_the_nodes(tmp_path: Path) -> None:
     env = {"SLURM_JOB_ID": "42", "SLURM_NNODES": "2", "SLURM_NODEID": "1", "SLURM_JOB_NODELIST": "localhost,node[2-3]"}
     result = subprocess.run(
@@ -123,6 +130,7 @@ def test_first_host_of_a_slurm_node_list(nodelist: str, first: str) -> None:
     assert _slurm_first_host(nodelist) == first
 
 
+@pytest.mark.slow
 @pytest.mark.fake_npu
 def test_simulated_npu_job_binds_one_device_per_rank(tmp_path: Path) -> None:
     job = Launch(tmp_path, str(JOB), paths=(FAKE_NPU,), ASCEND_RT_VISIBLE_DEVICES="0,1")
@@ -136,6 +144,7 @@ def test_simulated_npu_job_binds_one_device_per_rank(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- faults
 
 
+@pytest.mark.slow
 def test_a_rank_that_raises_ends_the_job_and_is_named(tmp_path: Path) -> None:
     job = Launch(tmp_path, "--device-num", "2", str(JOB), "--fail", "--on-rank", "1")
     wait_for_files(tmp_path, ["rank0.json", "rank1.json"])
@@ -153,6 +162,7 @@ def test_a_rank_that_raises_ends_the_job_and_is_named(tmp_path: Path) -> None:
     (["--signal", "SIGSEGV"], "was killed by SIGSEGV (a crash in native code"),
     (["--exit", "7"], "exited with code 7 without a Python traceback"),
 ])
+@pytest.mark.slow
 def test_a_rank_that_dies_without_python_ends_the_job(tmp_path: Path, args: list[str], message: str) -> None:
     job = Launch(tmp_path, "--device-num", "2", str(JOB), *args, "--on-rank", "0")
     assert job.wait(60) == 1
@@ -160,6 +170,7 @@ def test_a_rank_that_dies_without_python_ends_the_job(tmp_path: Path, args: list
     assert_all_gone(all_pids(tmp_path, 2))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_signal_to_the_launcher_ends_every_rank(tmp_path: Path, sig: int, code: int) -> None:
     job = Launch(tmp_path, "--device-num", "2", str(JOB), "--hang")
@@ -171,6 +182,7 @@ def test_signal_to_the_launcher_ends_every_rank(tmp_path: Path, sig: int, code: 
     assert_all_gone(pids, timeout=2)
 
 
+@pytest.mark.slow
 def test_sigkill_to_the_launcher_leaves_no_orphans(tmp_path: Path) -> None:
     job = Launch(tmp_path, "--device-num", "2", str(JOB), "--hang")
     wait_for_files(tmp_path, ["rank0.json", "rank1.json"])
@@ -181,6 +193,7 @@ def test_sigkill_to_the_launcher_leaves_no_orphans(tmp_path: Path) -> None:
     assert_all_gone(pids, timeout=10)
 
 
+@pytest.mark.slow
 def test_failure_on_one_node_ends_the_other_node_quickly(tmp_path: Path) -> None:
     port = str(two_free_ports())
     common = ["--nnodes", "2", "--device-num", "2", "--addr", "127.0.0.1", "--port", port, "--join-timeout", "60"]
@@ -223,11 +236,13 @@ def refuse(tmp_path: Path, *args: str, paths: tuple = (), code: int = 2, **env: 
     (["--device-num", "two", str(JOB)], "argument --device-num/--device_num/--nproc-per-node/--nproc_per_node: invalid int value: 'two'"),
     ([], "the following arguments are required: SCRIPT"),
 ])
+@pytest.mark.slow
 def test_bad_input_is_refused_in_one_line(tmp_path: Path, args: list[str], message: str) -> None:
     # docs/cli.md: 2 for a usage error; 1 where the device family cannot be used.
     assert message in refuse(tmp_path, *args, code=1 if "torch_npu" in message else 2)
 
 
+@pytest.mark.slow
 @pytest.mark.fake_npu
 def test_more_processes_than_devices_is_refused(tmp_path: Path) -> None:
     line = refuse(tmp_path, "--device-num", "4", str(JOB), paths=(FAKE_NPU,), ASCEND_RT_VISIBLE_DEVICES="0,1")

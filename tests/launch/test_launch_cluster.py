@@ -72,6 +72,7 @@ def test_node_0_address_must_be_its_own(tmp_path: Path) -> None:
         "serves the job there: run node rank 0 on the host that has 192.0.2.77, or pass one of this host's addresses."]
 
 
+@pytest.mark.slow
 def test_each_rank_gets_its_share_of_the_cores(tmp_path: Path) -> None:
     job = Launch(tmp_path, "--device-num", "2", str(JOB), "--sleep", "0", env_drop=("OMP_NUM_THREADS",))
     assert job.wait() == 0, job.err
@@ -80,12 +81,14 @@ def test_each_rank_gets_its_share_of_the_cores(tmp_path: Path) -> None:
     assert f"{share} thread(s) per rank" in job.err
 
 
+@pytest.mark.slow
 def test_the_users_omp_num_threads_wins(tmp_path: Path) -> None:
     job = Launch(tmp_path, "--device-num", "2", str(JOB), "--sleep", "0", OMP_NUM_THREADS="1")
     assert job.wait() == 0, job.err
     assert [(r["threads"], r["extra_env"]["OMP_NUM_THREADS"]) for r in reports(tmp_path, 2)] == [(1, "1")] * 2
 
 
+@pytest.mark.slow
 @pytest.mark.fake_npu
 def test_device_cpu_on_an_accelerator_host_counts_cpu_ranks(tmp_path: Path) -> None:
     result = subprocess.run(

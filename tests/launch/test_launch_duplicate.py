@@ -23,7 +23,7 @@ RANK_LINE = re.compile(r"^\[\S+ node\d+ rank\d+\] ")
 """A line a rank wrote, relayed with its prefix (``[host node1 rank1] ...``)."""
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.parametrize("repeat", range(REPEATS))
 @pytest.mark.parametrize("seconds", ["1", "3", "10"])
 def test_a_duplicate_node_rank_is_refused_in_one_line(tmp_path: Path, seconds: str, repeat: int) -> None:

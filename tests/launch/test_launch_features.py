@@ -172,6 +172,7 @@ def test_builtin_features_keep_the_launcher_flags() -> None:
     assert args.script_args == ["--k", "v"]
 
 
+@pytest.mark.slow
 def test_a_refused_migration_leaves_no_report_directory(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text("print('never runs')\n")

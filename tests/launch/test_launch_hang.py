@@ -32,6 +32,7 @@ def stacks_cli(pid: int) -> subprocess.CompletedProcess:
 # --------------------------------------------------------------------------- one node
 
 
+@pytest.mark.slow
 def test_a_rank_that_skips_an_all_reduce_and_spins_is_named_with_every_stack(tmp_path: Path) -> None:
     error_file = tmp_path / "error.json"
     job = Launch(tmp_path, "--device-num", "3", "--hang-timeout", "10", "--error-file", str(error_file),
@@ -61,6 +62,7 @@ def test_a_rank_that_skips_an_all_reduce_and_spins_is_named_with_every_stack(tmp
         (0, "SIGTERM", True), (1, "SIGTERM", True), (2, "SIGTERM", True)]
 
 
+@pytest.mark.slow
 def test_a_rank_that_never_reaches_ddps_backward_is_named(tmp_path: Path) -> None:
     """DDP's gradient all-reduce runs from C++ inside backward(): recorded as ddp_backward."""
     job = Launch(tmp_path, "--device-num", "2", "--hang-timeout", "5", str(LAUNCH_SCRIPTS / "ddp_hang_job.py"))
@@ -74,6 +76,7 @@ def test_a_rank_that_never_reaches_ddps_backward_is_named(tmp_path: Path) -> Non
     assert "ddp_hang_job.py\", line" in rank_block(err, 1)
 
 
+@pytest.mark.slow
 def test_report_only_keeps_the_job_running_and_stacks_come_on_demand(tmp_path: Path) -> None:
     release, error_file = tmp_path / "release", tmp_path / "error.json"
     job = Launch(tmp_path, "--device-num", "2", "--hang-timeout", "3", "--hang-action", "report",
@@ -109,6 +112,7 @@ def test_report_only_keeps_the_job_running_and_stacks_come_on_demand(tmp_path: P
     (["--crash", "1"], {"rank": 1, "exc_type": "RuntimeError", "signal": None}),
     (["--kill", "0"], {"rank": 0, "exc_type": None, "signal": "SIGKILL"}),
 ], ids=["crash", "sigkill"])
+@pytest.mark.slow
 def test_the_error_file_records_every_rank(tmp_path: Path, args: list[str], first: dict) -> None:
     error_file, logs = tmp_path / "error.json", tmp_path / "logs"
     # --preflight passes here: the script still runs (and fails as it should).
@@ -156,7 +160,7 @@ def wait_all(nodes: list[Launch]) -> list[int]:
     return codes
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_two_nodes_each_show_their_stacks_and_node_0_says_who_is_behind(tmp_path: Path) -> None:
     nodes = two_nodes(tmp_path, "--hang-timeout", "5", job=("--skip", "1"))
     assert wait_all(nodes) == [1, 1], nodes[0].err + nodes[1].err
@@ -174,7 +178,7 @@ def test_two_nodes_each_show_their_stacks_and_node_0_says_who_is_behind(tmp_path
     assert all(r["first_failure"]["behind"] == [1] for r in reports)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_two_nodes_agree_on_the_first_failure(tmp_path: Path) -> None:
     nodes = two_nodes(tmp_path, job=("--crash", "1"))
     assert wait_all(nodes) == [1, 1], nodes[0].err + nodes[1].err
@@ -185,6 +189,7 @@ def test_two_nodes_agree_on_the_first_failure(tmp_path: Path) -> None:
     assert reports[1]["ranks"][0]["first_failure"] and not reports[0]["ranks"][0]["first_failure"]
 
 
+@pytest.mark.slow
 def test_preflight_names_the_rank_and_interface_that_cannot_work(tmp_path: Path) -> None:
     port = two_free_ports()
     nodes = [Launch(tmp_path, "--nnodes", "2", "--node-rank", str(n), "--device-num", "1", "--addr", "127.0.0.1",

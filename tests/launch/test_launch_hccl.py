@@ -49,6 +49,7 @@ def dry_run(*args: str, npu: bool = True, **env: str) -> subprocess.CompletedPro
                           env=child_env(*paths, **env), cwd=ROOT, capture_output=True, text=True, timeout=HANG_GUARD_S)
 
 
+@pytest.mark.slow
 @pytest.mark.fake_npu
 def test_a_port_inside_hccls_range_is_refused_on_the_npu_family() -> None:
     result = dry_run("--device-num", "1", "--port", "60005")
@@ -72,12 +73,14 @@ def test_a_port_inside_hccls_range_is_refused_on_the_npu_family() -> None:
     assert dry_run("--device-num", "1", "--port", "60005", HCCL_IF_BASE_PORT="50000").returncode == 0
 
 
+@pytest.mark.slow
 def test_other_families_accept_a_port_in_hccls_range() -> None:
     result = dry_run("--device-num", "1", "--port", "60005", npu=False)
     assert result.returncode == 0, result.stderr
     assert "master 127.0.0.1:60005" in result.stdout
 
 
+@pytest.mark.slow
 def test_hccl_variables_that_differ_between_nodes_end_the_job_naming_both_values(tmp_path: Path) -> None:
     port = two_free_ports()
     nodes = [Launch(tmp_path, "--nnodes", "2", "--node-rank", str(r), "--device-num", "1", "--addr", "127.0.0.1",

@@ -23,7 +23,7 @@ def node(tmp: Path, hosts: Hosts, rank: int, *extra: str, name: str | None = Non
     return host_launcher(tmp, hosts, rank, JOB, *extra, name=name, nproc=nproc, job=job)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_two_hosts_two_ranks_each(tmp_path: Path, hosts: Hosts) -> None:
     node1 = node(tmp_path, hosts, 1, job=("--sleep", "0"))
     node0 = node(tmp_path, hosts, 0, job=("--sleep", "0"))
@@ -40,7 +40,7 @@ def test_two_hosts_two_ranks_each(tmp_path: Path, hosts: Hosts) -> None:
     hosts.assert_empty()
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.parametrize("how", ["link down", "SIGKILL"])
 def test_a_lost_node_ends_the_job_on_every_node(tmp_path: Path, hosts: Hosts, how: str) -> None:
     hold = ("--hold", str(tmp_path / "never"))  # ranks sit outside any collective: only launchers notice
@@ -62,7 +62,7 @@ def test_a_lost_node_ends_the_job_on_every_node(tmp_path: Path, hosts: Hosts, ho
     hosts.assert_empty()
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_relaunched_node_rejoins_under_max_restarts(tmp_path: Path, hosts: Hosts) -> None:
     release = tmp_path / "release"
     job = ("--hold", str(release))
@@ -96,7 +96,7 @@ def test_a_relaunched_node_rejoins_under_max_restarts(tmp_path: Path, hosts: Hos
     hosts.assert_empty()
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_on_a_node_waiting_to_join(tmp_path: Path, hosts: Hosts, sig: int, code: int) -> None:
     logs = tmp_path / "logs"

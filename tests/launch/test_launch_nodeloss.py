@@ -24,7 +24,7 @@ def node(tmp: Path, hosts: Hosts, rank: int, *extra: str) -> Launch:
     return host_launcher(tmp, hosts, rank, LOOP, *extra)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.parametrize("killed", [1, 0])
 def test_a_killed_launcher_is_named_as_the_lost_node(tmp_path: Path, hosts: Hosts, killed: int) -> None:
     survivor = 1 - killed

@@ -77,6 +77,7 @@ def test_a_launcher_that_never_answers_is_silent(store) -> None:
     assert ask(asker, lambda s: _client(store, s), "job", "own1", 0.5) is Liveness.SILENT
 
 
+@pytest.mark.slow
 def test_a_store_that_is_gone_means_node_0_ended() -> None:
     port = free_port()
     server = subprocess.Popen([sys.executable, "-c", (

@@ -9,7 +9,7 @@ import pytest
 from support import launcher, one_line_errors, reports, two_free_ports, wait_for_files
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_duplicate_node_rank_ends_a_forming_job_everywhere(tmp_path: Path) -> None:
     port = two_free_ports()
     # Three nodes expected; two launchers claim node rank 1 and node 2 never comes.
@@ -24,7 +24,7 @@ def test_a_duplicate_node_rank_ends_a_forming_job_everywhere(tmp_path: Path) -> 
     assert not list(tmp_path.glob("rank*.json"))
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_a_duplicate_node_rank_is_refused_by_a_running_job(tmp_path: Path) -> None:
     port = two_free_ports()
     release = tmp_path / "release"
@@ -41,6 +41,7 @@ def test_a_duplicate_node_rank_is_refused_by_a_running_job(tmp_path: Path) -> No
     assert node1.wait() == 0, node1.err
 
 
+@pytest.mark.slow
 def test_another_jobs_launcher_can_neither_join_nor_end_the_job(tmp_path: Path) -> None:
     port = two_free_ports()
     release = tmp_path / "release"
@@ -61,6 +62,7 @@ def test_another_jobs_launcher_can_neither_join_nor_end_the_job(tmp_path: Path) 
     assert [r["sum"] for r in reports(tmp_path, 2)] == [3.0, 3.0]
 
 
+@pytest.mark.slow
 def test_flags_that_differ_between_nodes_are_refused_on_every_node(tmp_path: Path) -> None:
     port = two_free_ports()
     node0 = launcher(tmp_path, 0, port, nproc="1")
@@ -86,6 +88,7 @@ def _hostile_record() -> dict:
             "time": 0.0}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", ["abort", "fail/0"])
 def test_text_written_into_the_store_is_shown_stripped(tmp_path: Path, key: str) -> None:
     import json

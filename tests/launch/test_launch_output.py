@@ -37,6 +37,7 @@ def _kill(pid_file: Path) -> None:
             pass
 
 
+@pytest.mark.slow
 def test_two_ranks_at_full_speed_never_mix_lines(tmp_path: Path) -> None:
     job = Launch(tmp_path, "--device-num", "2", str(OUTPUT_JOB), "--lines", str(LINES), "--progress", "--partial",
                  "--orphan", PYTHONUNBUFFERED="1")
@@ -72,6 +73,7 @@ def test_two_ranks_at_full_speed_never_mix_lines(tmp_path: Path) -> None:
         assert bar in raw_err, raw_err
 
 
+@pytest.mark.slow
 def test_log_dir_tee_filter_template_and_restart_logs(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     args = ["--device-num", "2", "--max-restarts", "1", "--log-dir", str(logs), "--tee", "--local-ranks-filter", "1",
@@ -148,6 +150,7 @@ def test_an_empty_template_turns_the_prefix_off(tmp_path: Path, capfd: pytest.Ca
     assert out == log == "a\nbc\n"
 
 
+@pytest.mark.slow
 def test_a_long_tmpdir_still_starts_the_job(tmp_path: Path) -> None:
     """The fork server's socket lives under TMPDIR; a long one (CI runners, nested temporary
     directories) must not end the launcher with "AF_UNIX path too long"."""

@@ -199,6 +199,7 @@ def test_print_env_shows_the_scheduler_and_its_variables() -> None:
     assert "HCCL_CONNECT_TIMEOUT=(unset)" in out
 
 
+@pytest.mark.slow
 def test_dry_run_inside_an_ascendjob_gives_this_pods_global_ranks() -> None:
     env = {**ASCEND_POD, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29590"}
     result = launch("--dry-run", str(JOB), **env)
@@ -213,6 +214,7 @@ def test_dry_run_inside_an_ascendjob_gives_this_pods_global_ranks() -> None:
     assert "master 192.0.2.77:2222" in result.stdout
 
 
+@pytest.mark.slow
 def test_a_cpu_device_num_far_beyond_the_cores_is_refused_in_one_line() -> None:
     result = launch("--dry-run", "--device-num", "1000000", str(JOB))
     assert result.returncode == 2
@@ -250,6 +252,7 @@ def test_a_rank_table_never_completed_ends_the_wait_in_one_line(tmp_path: Path) 
         "with --rank-table-timeout or NPU_MIGRATE_RANK_TABLE_TIMEOUT.")
 
 
+@pytest.mark.slow
 def test_a_two_pod_ascendjob_on_loopback_gets_global_ranks_0_to_3(tmp_path: Path) -> None:
     port = two_free_ports()
     pods = [Launch(tmp_path, "--join-timeout", "300", "--node-timeout", "10", str(JOB), name=f"pod{r}",
@@ -266,6 +269,7 @@ def test_a_two_pod_ascendjob_on_loopback_gets_global_ranks_0_to_3(tmp_path: Path
     assert {r["sum"] for r in reports(tmp_path, 4)} == {10.0}
 
 
+@pytest.mark.slow
 def test_launchers_wait_for_the_rank_table_and_take_its_ranks(tmp_path: Path) -> None:
     port = two_free_ports()
     path = tmp_path / "hccl.json"
@@ -299,6 +303,7 @@ def test_ctrl_c_while_waiting_for_the_rank_table_ends_in_one_line(tmp_path: Path
         f"npu-migrate launch: error: interrupted while waiting for the rank table {path}.")
 
 
+@pytest.mark.slow
 def test_a_scheduler_environment_that_cannot_be_read_is_refused_unless_flags_say_it_all() -> None:
     broken = {**ASCEND_POD, "WORLD_SIZE": "6", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29591"}
     result = launch("--dry-run", str(JOB), **broken)

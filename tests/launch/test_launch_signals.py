@@ -35,6 +35,7 @@ def ends_with(launch: Launch, code: int, line: str) -> None:
     assert launch.err.strip().splitlines()[-1] == f"npu-migrate launch: {line}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("sig", "code"), SIGNALS)
 def test_while_connecting_to_node_0(tmp_path: Path, sig: int, code: int) -> None:
     node1 = multi(tmp_path, 1, two_free_ports())  # node 0 never comes
@@ -44,6 +45,7 @@ def test_while_connecting_to_node_0(tmp_path: Path, sig: int, code: int) -> None
                            "no rank is left running on node 1.")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("sig", "code"), SIGNALS)
 def test_while_waiting_for_nodes(tmp_path: Path, sig: int, code: int) -> None:
     node0 = multi(tmp_path, 0, two_free_ports())  # node 1 never comes
@@ -53,6 +55,7 @@ def test_while_waiting_for_nodes(tmp_path: Path, sig: int, code: int) -> None:
                            "no rank is left running on node 0.")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("sig", "code"), [*SIGNALS, pytest.param(signal.SIGHUP, 129, id="SIGHUP")])
 def test_while_running_ends_every_node(tmp_path: Path, sig: int, code: int) -> None:
     port = two_free_ports()
@@ -69,7 +72,7 @@ def test_while_running_ends_every_node(tmp_path: Path, sig: int, code: int) -> N
     assert_all_gone(pids)
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.parametrize(("sig", "code"), SIGNALS)
 def test_while_restarting(tmp_path: Path, sig: int, code: int) -> None:
     port = two_free_ports()
@@ -88,6 +91,7 @@ def test_while_restarting(tmp_path: Path, sig: int, code: int) -> None:
     assert_all_gone(pids)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("sig", "code"), SIGNALS)
 def test_while_tearing_down(tmp_path: Path, sig: int, code: int) -> None:
     # Ranks that ignore SIGTERM keep the launcher stopping them for its (here long) grace period.

@@ -57,6 +57,7 @@ def test_torch_rendezvous_backend_keeps_its_state(store: PaddedStore) -> None:
     assert backend.get_state() == (b"round 1", token2)
 
 
+@pytest.mark.slow
 def test_compare_set_beside_another_thread_does_not_crash() -> None:
     result = subprocess.run([sys.executable, str(LAUNCH_SCRIPTS / "store_threads.py")], env=child_env(),
                             capture_output=True, text=True, timeout=300)

@@ -57,6 +57,7 @@ def test_every_public_accelerator_callable_has_a_cpu_answer() -> None:
     assert not missing, f"torch.accelerator callables with no row in ACCELERATOR_TABLE: {missing}"
 
 
+@pytest.mark.slow
 @needs_accelerator
 @pytest.mark.parametrize("paths", [(), (FAKE_NPU,)], ids=["cpu", "fake_npu"])
 def test_accelerator_ddp_amp_script_trains_on_two_ranks(tmp_path: Path, paths: tuple) -> None:
@@ -82,6 +83,7 @@ def test_accelerator_ddp_amp_script_trains_on_two_ranks(tmp_path: Path, paths: t
         assert apis['torch.autocast(device_type="cuda")']["count"] == 20
 
 
+@pytest.mark.slow
 @needs_fsdp2
 def test_fsdp2_dtensor_and_distributed_checkpoint_on_two_cpu_ranks(tmp_path: Path) -> None:
     report = tmp_path / "report.json"
@@ -99,6 +101,7 @@ def test_fsdp2_dtensor_and_distributed_checkpoint_on_two_cpu_ranks(tmp_path: Pat
         assert apis[api]["processes"] == 2, api
 
 
+@pytest.mark.slow
 @needs_fsdp2
 @pytest.mark.fake_npu
 @pytest.mark.xfail(strict=True, reason="the simulated NPU (tests/fake_npu) cannot run DTensor, with or without "
@@ -111,6 +114,7 @@ def test_fsdp2_on_the_simulated_npu(tmp_path: Path) -> None:
     assert all(r["mesh_device"] == "npu" and r["reloaded_equal"] for r in reports(tmp_path, 2))
 
 
+@pytest.mark.slow
 def test_meta_and_cuda_device_contexts(tmp_path: Path) -> None:
     script = tmp_path / "ctx.py"
     script.write_text("import torch\nwith torch.device('meta'):\n    a = torch.nn.Linear(2, 2)\n"
@@ -121,6 +125,7 @@ def test_meta_and_cuda_device_contexts(tmp_path: Path) -> None:
     assert result.stdout.split() == ["meta", "cpu"]
 
 
+@pytest.mark.slow
 def test_a_job_that_meets_no_cuda_call_says_so(tmp_path: Path) -> None:
     script = tmp_path / "gated.py"
     script.write_text("import sys, torch\nif not hasattr(torch, 'npu_nonexistent'):\n"
@@ -138,6 +143,7 @@ def test_a_job_that_meets_no_cuda_call_says_so(tmp_path: Path) -> None:
     assert "warning" not in quiet.err  # a job that met CUDA calls and wrote no report says nothing more
 
 
+@pytest.mark.slow
 def test_simulated_devices_report_a_current_gpus_capability(tmp_path: Path) -> None:
     script = tmp_path / "gate.py"
     script.write_text(
@@ -154,6 +160,7 @@ def test_simulated_devices_report_a_current_gpus_capability(tmp_path: Path) -> N
     assert note == "(8, 0) on cpu, an A100's: capability gates take their current-GPU path"
 
 
+@pytest.mark.slow
 def test_ported_guard_holds_with_two_cpu_ranks(tmp_path: Path) -> None:
     """``assert local_rank < torch.cuda.device_count()``, ported, on 2 CPU ranks without --migrate."""
     ported = tmp_path / "ported"

@@ -112,6 +112,7 @@ def test_a_row_without_a_cpu_answer_raises_its_advice(monkeypatch: pytest.Monkey
         assert torch.cuda.memory_summary() == ""
 
 
+@pytest.mark.slow
 @pytest.mark.fake_npu
 def test_a_noop_row_answers_on_npu_where_torch_npu_lacks_the_name(tmp_path) -> None:
     """torch_npu has no get_arch_list, get_gencode_flags or is_tf32_supported: their rows' answers, not an error."""

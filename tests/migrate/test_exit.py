@@ -19,7 +19,7 @@ SCRIPTS = Path(__file__).with_name("scripts")
 RUNS = int(os.environ.get("EXIT_RUNS", "20"))  # each run is two fresh interpreters
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.parametrize("run", range(RUNS))
 @pytest.mark.parametrize("case", ["never", "ddp"])
 def test_a_finished_job_exits_0_every_time(case: str, run: int, tmp_path: Path) -> None:
@@ -28,6 +28,7 @@ def test_a_finished_job_exits_0_every_time(case: str, run: int, tmp_path: Path) 
     assert [(r["rank"], r["sum"]) for r in reports] == [(0, 6.0), (1, 6.0)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["never", "ddp"])
 def test_a_finished_job_exits_0(case: str, tmp_path: Path) -> None:
     """The fast loop's one run of each case (the slow tier repeats them)."""

@@ -230,6 +230,7 @@ def npu_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     return json.loads(out.read_text())
 
 
+@pytest.mark.slow
 @pytest.mark.fake_npu
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
 def test_shim_equals_naive_attention_on_simulated_npu(case: dict, npu_results: dict[str, dict]) -> None:

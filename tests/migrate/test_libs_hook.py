@@ -63,6 +63,7 @@ def _check_report(report: str) -> None:
     assert "train.py:" in report.split("`flash_attn.flash_attn_func`")[1].splitlines()[0]  # the user's line
 
 
+@pytest.mark.slow
 def test_imports_resolve_on_cpu_and_are_reported(tmp_path: Path) -> None:
     stdout, report = _run(tmp_path)
     assert "device cpu" in stdout and "flash_attn 2.7.4" in stdout
@@ -70,6 +71,7 @@ def test_imports_resolve_on_cpu_and_are_reported(tmp_path: Path) -> None:
     _check_report(report)
 
 
+@pytest.mark.slow
 @pytest.mark.fake_npu
 def test_imports_resolve_on_the_simulated_npu(tmp_path: Path) -> None:
     stdout, report = _run(tmp_path, FAKE_NPU)
@@ -77,6 +79,7 @@ def test_imports_resolve_on_the_simulated_npu(tmp_path: Path) -> None:
     _check_report(report)
 
 
+@pytest.mark.slow
 def test_an_installed_cuda_build_is_replaced_off_cuda(tmp_path: Path) -> None:
     """flash_attn installed (its CUDA extension cannot load here): the target is not CUDA, so ours serves."""
     site = tmp_path / "site"
@@ -98,6 +101,7 @@ def test_without_migration_nothing_is_served(tmp_path: Path) -> None:
     assert proc.returncode != 0 and "No module named 'flash_attn'" in proc.stderr
 
 
+@pytest.mark.slow
 def test_launch_migrate_serves_an_import_made_before_torch(tmp_path: Path) -> None:
     """A torchrun-style worker that imports flash_attn first: the finder arms the migration by importing torch."""
     import subprocess

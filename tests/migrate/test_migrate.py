@@ -101,6 +101,7 @@ def test_cuda_amp_events_and_unmapped_calls() -> None:
     assert REPORT.entries["torch.cuda.Event"]["first_site"].startswith(__file__)
 
 
+@pytest.mark.slow
 def test_torchrun_style_script_under_the_launcher(tmp_path: Path) -> None:
     report = tmp_path / "report.json"
     job = Launch(tmp_path, "--migrate", "--migrate-report", str(report), "--device-num", "2",
@@ -121,6 +122,7 @@ def test_torchrun_style_script_under_the_launcher(tmp_path: Path) -> None:
     assert "migration report" in job.err and "0 unmapped" in job.err
 
 
+@pytest.mark.slow
 def test_migrated_cuda_script_matches_the_cpu_script_exactly(tmp_path: Path) -> None:
     cuda_dir, cpu_dir = tmp_path / "cuda", tmp_path / "cpu"
     cuda_dir.mkdir()
@@ -132,6 +134,7 @@ def test_migrated_cuda_script_matches_the_cpu_script_exactly(tmp_path: Path) -> 
     assert reports(cuda_dir, 2)[0]["params"] == reports(cpu_dir, 2)[0]["params"]  # bitwise
 
 
+@pytest.mark.slow
 def test_self_spawning_script_under_run(tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "npu_migrate", "run", "--device-num", "2", str(SCRIPTS / "cuda_spawn.py"),
@@ -147,6 +150,7 @@ def test_self_spawning_script_under_run(tmp_path: Path) -> None:
     assert len(workers) == 2 and all(w == {"cuda_available": True, "device_count": 2} for w in workers)
 
 
+@pytest.mark.slow
 def test_auto_import_reaches_python_subprocesses(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text(
@@ -173,6 +177,7 @@ def test_unmapped_call_in_a_script_is_one_line(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.fake_npu
 def test_cuda_names_of_the_environment_take_their_ascend_names(tmp_path: Path) -> None:
     script = tmp_path / "env.py"

@@ -28,7 +28,7 @@ BACKENDS = ["eager", pytest.param("inductor", marks=pytest.mark.skipif(
     not _c_compiler_works(), reason="inductor needs a C compiler (cc, gcc or clang) on PATH"))]
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_compiled_and_eager_code_agree(backend: str) -> None:
     from npu_migrate import migrate

@@ -79,6 +79,7 @@ def test_calls_that_slipped_through_end_on_the_cpu_or_name_themselves() -> None:
     assert kinds["torch.Generator(device=)"] == "redirected" and kinds["torch.cuda.FloatTensor"] == "redirected"
 
 
+@pytest.mark.slow
 @pytest.mark.fake_npu
 def test_calls_that_slipped_through_land_on_the_simulated_npu(tmp_path) -> None:
     script = tmp_path / "slipped.py"

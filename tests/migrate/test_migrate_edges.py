@@ -39,6 +39,7 @@ with open(os.path.join(os.environ["OUT_DIR"], f"rank{os.environ['RANK']}.json"),
 """
 
 
+@pytest.mark.slow
 @pytest.mark.fake_npu
 def test_fork_server_leaves_the_device_runtime_to_the_workers(tmp_path: Path) -> None:
     script = tmp_path / "job.py"
@@ -78,6 +79,7 @@ def _python(argv: list[str], env: dict[str, str], *pythonpath: str) -> subproces
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, cwd=ROOT)
 
 
+@pytest.mark.slow
 def test_child_pythons_keep_their_sitecustomize_and_foreign_ones_stay_quiet(tmp_path: Path) -> None:
     broken, good = tmp_path / "broken_site", tmp_path / "good_site"
     broken.mkdir()
@@ -180,6 +182,7 @@ def test_install_is_all_or_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     assert torch.cuda.is_available() is False
 
 
+@pytest.mark.slow
 def test_a_bad_setting_stops_the_script_before_it_runs(tmp_path: Path) -> None:
     marker = tmp_path / "ran"
     script = tmp_path / "job.py"
@@ -296,6 +299,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.fake_npu
 def test_on_npu_threads_nvtx_events_and_streams_keep_their_meaning(tmp_path: Path) -> None:
     script = tmp_path / "npu_job.py"
@@ -363,6 +367,7 @@ def test_installed_user_package_and_generated_code_are_classified_by_who_runs_th
     assert entry["count"] == 2 and entry["library_calls"] >= 2  # libpkg asked twice and got torch's answer
 
 
+@pytest.mark.slow
 def test_user_code_flag_on_the_command_line(tmp_path: Path) -> None:
     site = _site_packages(tmp_path)
     script = tmp_path / "train.py"

@@ -6,11 +6,14 @@ import re
 import socket
 from pathlib import Path
 
+import pytest
+
 from conftest import child_env, run_cli
 
 SCRIPTS = Path(__file__).with_name("scripts")
 
 
+@pytest.mark.slow
 def test_spawned_ranks_write_whole_prefixed_lines() -> None:
     result = run_cli("run", "--device-num", "2", str(SCRIPTS / "spawn_lines.py"),
                      env=child_env(PYTHONUNBUFFERED="1"), timeout=240)
@@ -27,6 +30,7 @@ def test_spawned_ranks_write_whole_prefixed_lines() -> None:
     assert done == [f"[{socket.gethostname()} node0 rank{r}] rank {r} done" for r in (0, 1)]
 
 
+@pytest.mark.slow
 def test_one_spawned_process_gets_no_prefix(tmp_path: Path) -> None:
     result = run_cli("run", "--device-num", "1", str(SCRIPTS / "spawn_lines.py"), env=child_env(PYTHONUNBUFFERED="1"))
     assert result.returncode == 0, result.stderr

@@ -117,7 +117,7 @@ def test_cuda_only_imports_are_listed(tmp_path: Path, release: str, capsys: pyte
     assert "npu-migrate ops: the script failed: ModuleNotFoundError" in captured.err
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_steps_end_the_script_after_torch_compile(tmp_path: Path, release: str,
                                                    capsys: pytest.CaptureFixture) -> None:
     code, data = audit(tmp_path, "compiled_train.py", release=release)
@@ -221,6 +221,7 @@ def test_usage_errors_are_one_line(argv: list[str], message: str, capsys: pytest
     assert message in err and len(err.splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_unreachable_release_says_how_to_get_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                   capsys: pytest.CaptureFixture) -> None:
     monkeypatch.setenv("NPU_MIGRATE_RELEASES_DIR", str(tmp_path / "empty"))

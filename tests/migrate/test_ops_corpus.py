@@ -20,7 +20,7 @@ from conftest import TESTS, child_env
 CORPUS = TESTS / "corpus"
 
 
-@pytest.mark.slow
+@pytest.mark.long
 def test_rasbt_ddp_script_audited_unmodified(tmp_path: Path, release: str) -> None:
     work = tmp_path / "rasbt_ddp_torchrun"
     shutil.copytree(CORPUS / "rasbt_ddp_torchrun", work, ignore=shutil.ignore_patterns("SOURCE.json", "LICENSE"))

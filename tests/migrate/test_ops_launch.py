@@ -56,6 +56,7 @@ def test_counts_per_rank_and_summary() -> None:
     assert collected.summary() == ["rank 1: torch_npu reported 3 CPU fallback(s) (aten::isin)"]
 
 
+@pytest.mark.slow
 def test_strict_ops_job_lists_each_ranks_lines(tmp_path: Path) -> None:
     error_file = tmp_path / "error.json"
     job = Launch(tmp_path, "--device-num", "2", "--strict-ops", "--error-file", str(error_file), str(WORKER))
@@ -74,6 +75,7 @@ def test_strict_ops_job_lists_each_ranks_lines(tmp_path: Path) -> None:
     assert "Dtype Double will be replaced with Float!" in job.outtext
 
 
+@pytest.mark.slow
 def test_without_strict_ops_the_fallback_stays_allowed(tmp_path: Path) -> None:
     job = Launch(tmp_path, "--device-num", "1", str(WORKER))
     assert job.wait() == 0, job.err

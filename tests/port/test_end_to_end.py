@@ -45,6 +45,7 @@ def _params(reports: list[dict]) -> list:
     return [r["params"] for r in reports]
 
 
+@pytest.mark.slow
 def test_torchrun_style_script_runs_on_cpu_with_two_ranks(ported: Path, tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "npu_migrate.launch", "--device-num", "2", str(ported / "cuda_torchrun.py")],
@@ -59,6 +60,7 @@ def test_torchrun_style_script_runs_on_cpu_with_two_ranks(ported: Path, tmp_path
     assert first == second  # DDP kept the ranks in step
 
 
+@pytest.mark.slow
 def test_spawn_style_script_runs_itself_on_cpu(ported: Path, tmp_path: Path) -> None:
     port = str(free_port())
     nodes = [
@@ -82,6 +84,7 @@ def test_spawn_style_script_runs_itself_on_cpu(ported: Path, tmp_path: Path) -> 
     assert first == second
 
 
+@pytest.mark.slow
 @torch_style_runs
 def test_torch_style_port_of_the_torchrun_script_runs_on_cpu(tmp_path: Path) -> None:
     source = (SCRIPTS / "cuda_torchrun.py").read_text()
@@ -135,6 +138,7 @@ def seed_blocks() -> list:
 BLOCKS = seed_blocks()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not BLOCKS, reason=f"no seeds in {SEEDS}")
 @pytest.mark.parametrize("code", BLOCKS or [None])
 def test_seed_block_ports_to_code_that_compiles(code: str) -> None:
@@ -149,6 +153,7 @@ def test_seed_block_ports_to_code_that_compiles(code: str) -> None:
         assert port_source(result.code, style=style).code == result.code
 
 
+@pytest.mark.slow
 def test_seeds_give_real_work() -> None:
     """The extractor finds the seeds' training code, and porting it removes every CUDA call."""
     compiled = []

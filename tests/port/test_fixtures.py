@@ -122,6 +122,7 @@ _NPU_TIER_GAPS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.fake_npu
 @pytest.mark.parametrize("out", OUTPUTS, ids=lambda p: p.name[:-7])
 def test_ported_fixture_runs_on_simulated_npu(out: Path, npu_results: dict[str, dict[str, str]]) -> None:
@@ -131,6 +132,7 @@ def test_ported_fixture_runs_on_simulated_npu(out: Path, npu_results: dict[str, 
     _check(npu_results[out.name], out.name)
 
 
+@pytest.mark.slow
 def test_simulated_npu_tier_really_selects_npu(tmp_path: Path) -> None:
     """The NPU tier's fixtures ran on npu: a ported device string becomes an npu device there."""
     probe = tmp_path / "probe.out.py"

@@ -132,6 +132,7 @@ def seed_notebook(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return nb
 
 
+@pytest.mark.slow
 def test_seed_notebook_ports_and_runs_on_cpu(seed_notebook: Path, tmp_path: Path) -> None:
     """Seed 004 as a notebook: ported, every code cell runs in order on CPU and it trains one epoch."""
     result = port_notebook(seed_notebook.read_text(encoding="utf-8"))
@@ -177,6 +178,7 @@ def _idx(path: Path, magic: int, dims: tuple[int, ...], data: bytes) -> None:
     path.write_bytes(struct.pack(">I", magic) + b"".join(struct.pack(">I", d) for d in dims) + data)
 
 
+@pytest.mark.slow
 def test_seed_003_npu_only_code_ports_and_runs_on_cpu_with_two_ranks(tmp_path: Path) -> None:
     source = _seed003_block()
     assert "torch.device('npu:%d'%npu)" in source and "backend='hccl'" in source

@@ -70,6 +70,7 @@ def listening(pid: int) -> set[tuple[str, int]]:
     return result
 
 
+@pytest.mark.slow
 def test_a_single_node_job_listens_on_loopback_only(tmp_path: Path) -> None:
     port = free_port()
     release = tmp_path / "release"
@@ -84,6 +85,7 @@ def test_a_single_node_job_listens_on_loopback_only(tmp_path: Path) -> None:
     assert {addr for addr, _ in found} == {"127.0.0.1"}, found
 
 
+@pytest.mark.slow
 def test_a_two_node_job_on_loopback_listens_on_loopback_only(tmp_path: Path) -> None:
     port = two_free_ports()
     release = tmp_path / "release"
@@ -104,7 +106,7 @@ def test_a_two_node_job_on_loopback_listens_on_loopback_only(tmp_path: Path) -> 
 _WHY = netns_unavailable()
 
 
-@pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.skipif(_WHY is not None, reason=_WHY or "")
 def test_a_two_host_job_listens_on_each_hosts_job_address(tmp_path: Path) -> None:
     hosts = Hosts(2)

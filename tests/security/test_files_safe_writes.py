@@ -82,6 +82,7 @@ def test_compare_reports_never_follow_a_symlink(tmp_path: Path) -> None:
     assert json.loads(out_json.read_text())["passed"] and mode(out_json) == 0o600 and mode(out_md) == 0o600
 
 
+@pytest.mark.slow
 def test_migrate_report_never_follows_a_symlink(tmp_path: Path) -> None:
     script = tmp_path / "s.py"
     script.write_text("import torch\ntorch.cuda.is_available()\nx = torch.zeros(2).cuda()\n")
@@ -127,6 +128,7 @@ raise SystemExit(3)
 """
 
 
+@pytest.mark.slow
 def test_error_file_and_logs_are_private_and_the_temporary_name_is_not_followed(tmp_path: Path) -> None:
     """The launcher wrote ``FILE.tmp<its pid>`` with a plain open(): a symlink planted there was followed."""
     bashrc = victim(tmp_path)

@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import child_env
 
 SECRETS = {
@@ -55,6 +57,7 @@ if info.rank == 1:
 '''
 
 
+@pytest.mark.slow
 def test_no_planted_secret_in_any_file_the_run_writes(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)

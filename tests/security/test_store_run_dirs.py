@@ -5,6 +5,8 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
+import pytest
+
 from support import JOB, Launch, wait_for_files, wait_until
 
 
@@ -19,6 +21,7 @@ def run_dir(tmp: Path, launch: Launch) -> Path:
     return found[0]
 
 
+@pytest.mark.slow
 def test_a_killed_launchers_run_dir_is_removed_by_the_next_launcher_and_a_live_ones_is_kept(tmp_path: Path) -> None:
     tmp = tmp_path / "tmp"  # the launchers' temporary directory: this test's own
     tmp.mkdir()

@@ -68,6 +68,7 @@ def stop(*nodes: Launch) -> None:
         node.wait()
 
 
+@pytest.mark.slow
 def test_without_a_secret_a_pickled_rendezvous_state_runs_in_the_launchers(tmp_path: Path) -> None:
     port = two_free_ports()
     node0, node1, release = launchers(tmp_path, port)
@@ -82,6 +83,7 @@ def test_without_a_secret_a_pickled_rendezvous_state_runs_in_the_launchers(tmp_p
         stop(node0, node1)
 
 
+@pytest.mark.slow
 def test_with_a_secret_a_pickled_rendezvous_state_is_refused(tmp_path: Path) -> None:
     port = two_free_ports()
     node0, node1, release = launchers(tmp_path, port, NPU_MIGRATE_JOB_SECRET=SECRET)
@@ -109,6 +111,7 @@ def _forged(job: str, what: str) -> tuple[str, bytes]:
     return f"npu_migrate/{job}/fail/0", pad(json.dumps(record))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("what", ["abort", "fail"])
 def test_without_a_secret_anyone_ends_the_job(tmp_path: Path, what: str) -> None:
     port = two_free_ports()
@@ -124,6 +127,7 @@ def test_without_a_secret_anyone_ends_the_job(tmp_path: Path, what: str) -> None
         stop(node0, node1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("what", ["abort", "fail"])
 def test_with_a_secret_a_forged_abort_or_failure_is_refused(tmp_path: Path, what: str) -> None:
     port = two_free_ports()
@@ -140,6 +144,7 @@ def test_with_a_secret_a_forged_abort_or_failure_is_refused(tmp_path: Path, what
         assert node.err.count(REFUSED) == 1, node.err
 
 
+@pytest.mark.slow
 def test_a_node_without_the_secret_is_refused_in_one_line(tmp_path: Path) -> None:
     port = two_free_ports()
     args = ["--nnodes", "2", "--device-num", "1", "--addr", "127.0.0.1", "--port", str(port),
@@ -178,6 +183,7 @@ def test_a_secret_file_others_can_read_is_refused(tmp_path: Path) -> None:
     assert "abc" not in result.stderr
 
 
+@pytest.mark.slow
 def test_the_secret_reaches_no_worker(tmp_path: Path) -> None:
     script = tmp_path / "env.py"
     script.write_text("import os, sys\n"
@@ -199,6 +205,7 @@ def test_the_secret_reaches_no_worker(tmp_path: Path) -> None:
             os.unlink(tmp_path / f"env{rank}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("secret", [False, True], ids=["without a secret", "with a secret"])
 def test_a_forged_claim_of_a_node_rank(tmp_path: Path, secret: bool) -> None:
     """An attacker claims node rank 1 before node 1 comes, and keeps the fake owner's heartbeat moving."""
