@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import socket
+import signal
 import struct
 import subprocess
 import sys
@@ -34,7 +35,7 @@ class Launch:
     """One `python -m npu_migrate.launch ...` process, as a user would start it (optionally in a netns)."""
 
     def __init__(self, tmp: Path, *args: str, name: str = "launch", paths: tuple = (), netns: str | None = None,
-                 env_drop: tuple[str, ...] = (), **env: str) -> None:
+                 env_drop: tuple[str, ...] = (), sigint_ignored: bool = False, **env: str) -> None:
         self.out = tmp
         self.name = name
         self.stdout = tmp / f"{name}.out"
@@ -47,6 +48,8 @@ class Launch:
             self.proc = subprocess.Popen(
                 [*prefix, sys.executable, "-m", "npu_migrate.launch", *args],
                 env=environ, cwd=ROOT, stdout=out, stderr=err,
+                # As a background job of a non-interactive shell (`cmd &` in a script) starts it.
+                preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None,
             )
 
     def wait(self, timeout: float = HANG_GUARD_S) -> int:

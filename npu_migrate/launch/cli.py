@@ -26,7 +26,7 @@ from npu_migrate import autoload
 from npu_migrate.argparsing import OneLineParser, run_command
 from npu_migrate.launch import authstore, features
 from npu_migrate.launch.config import CONTROL_PORT_OFFSET, DEFAULT_PORT, Target, make_config, world_table
-from npu_migrate.launch import hccl, ranktable, schedulers
+from npu_migrate.launch import hccl, ranktable, schedulers, signals
 from npu_migrate.launch.errors import LaunchUsageError, say
 from npu_migrate.launch.forkserver import start_fork_server, stop_fork_server
 from npu_migrate.launch.options import DEFAULT_JOIN_TIMEOUT, DEFAULT_NODE_TIMEOUT, LaunchOptions
@@ -166,6 +166,7 @@ def print_env(environ: dict[str, str]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Validate, then launch (or print the world with --dry-run); the fork server is stopped on any error."""
+    signals.answer_sigint()
     try:
         return _run(args)
     except BaseException:

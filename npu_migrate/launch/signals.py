@@ -46,6 +46,19 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 """The signals that stop the job (exit 128 + the signal's number)."""
 
 
+def answer_sigint() -> None:
+    """Let SIGINT interrupt the phases before the job (the rank table's wait...) even where it came in ignored.
+
+    A background job of a non-interactive shell (``cmd &`` in a script, a CI step) starts with
+    SIGINT ignored, and Python then leaves it ignored: the launcher would sit out a Ctrl-C or a
+    ``kill -INT`` while it waits for the rank table, yet stop the job on it once ranks run
+    (:class:`Signals` takes the signal in that phase). Taking it here makes both phases answer.
+    Call from the launcher's main thread, first thing.
+    """
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 class Interrupted(Exception):
     """The launcher received SIGINT or SIGTERM while waiting (raised by :func:`run_interruptibly`)."""
 

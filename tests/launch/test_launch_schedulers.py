@@ -291,10 +291,13 @@ def test_launchers_wait_for_the_rank_table_and_take_its_ranks(tmp_path: Path) ->
     assert by_rank == {0: ("0", 0), 1: ("0", 1), 2: ("1", 1), 3: ("1", 0)}
 
 
-def test_ctrl_c_while_waiting_for_the_rank_table_ends_in_one_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize("inherited", ["default", "ignored"])
+def test_ctrl_c_while_waiting_for_the_rank_table_ends_in_one_line(inherited: str, tmp_path: Path) -> None:
+    """Also when the launcher starts with SIGINT ignored, as a background job of a script does."""
     path = tmp_path / "hccl.json"
     path.write_text(json.dumps({"status": "initializing"}))
-    node = Launch(tmp_path, "--device-num", "1", str(JOB), RANK_TABLE_FILE=str(path))
+    node = Launch(tmp_path, "--device-num", "1", str(JOB), RANK_TABLE_FILE=str(path),
+                  sigint_ignored=inherited == "ignored")
     wait_for_text(node.stderr, "to be completed")
     node.proc.send_signal(signal.SIGINT)
     assert node.wait() == 130
