@@ -5,7 +5,9 @@
   --busy             the skipping rank then spins in a Python loop (busy_wait) instead of sleeping
   --release FILE     the skipping rank waits until FILE exists, then makes up the skipped all-reduce
                      (progress resumes and the job ends cleanly); without it, it waits forever
-  --crash RANK       that rank raises after its first all-reduce; --kill RANK: SIGKILLs itself
+  --crash RANK       that rank raises after its first all-reduce; --kill RANK: SIGKILLs itself; the
+                     other ranks then wait outside any collective, so only the launcher ends them (in
+                     an all-reduce, gloo would end them itself when the peer's connection closes)
 Each rank writes $OUT_DIR/at-end{RANK} when it has issued its last collective (or stopped issuing them).
 """
 
@@ -46,6 +48,8 @@ for step in range(steps):
         raise RuntimeError(f"crash on rank {info.rank}")
     if step == 1 and info.rank == int(flag("--kill", "-1")):
         os.kill(os.getpid(), signal.SIGKILL)
+    if step == 1 and (flag("--crash") or flag("--kill")) is not None:
+        time.sleep(1000)  # the surviving ranks: out of any collective until the launcher stops them
     if step == 2 and info.rank == skip:
         continue
     dist.all_reduce(value)
