@@ -283,6 +283,7 @@ class Probe(ModuleHooks):
         self._lr: float | None = None
         self._autocast: str | None = None
         self._float32: str | None = None
+        self._float32_read = False  # once per step: the forward pre-hook is a hot path
         self._calls: dict[str, int] = {}
         self._grad_calls: dict[tuple[str, str], int] = {}
         self._entries: list[tuple[str, int, str, str, str, tuple[int, ...]]] = []
@@ -340,7 +341,8 @@ class Probe(ModuleHooks):
             module.p = 0.0
         if self._autocast is None:
             self._autocast = autocast_dtype(self._device_type)
-            self._float32 = float32_math(self._device_type)
+        if not self._float32_read:
+            self._float32, self._float32_read = float32_math(self._device_type), True
         if not self._modules_level:
             return None
         if not self._open():
