@@ -8,13 +8,16 @@ that are not fixtures are in support.py (test modules never import one another).
 
 from __future__ import annotations
 
+import faulthandler
 import importlib.util
 import json
 import logging
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -85,13 +88,22 @@ def _fake_npu_missing() -> str | None:
 FAKE_NPU_MISSING = _fake_npu_missing()
 
 
+EVERY_TORCH_AREAS = ("launch/", "security/test_store_secret.py", "test_distributed.py")
+"""Test paths (under tests/) whose tests carry ``every_torch``: where torch releases differ most for
+this project (torch.distributed.elastic's rendezvous and TCPStore's API under the launcher, the
+job's signed store, torch.distributed itself). The torch 2.1 tier of .ci/run runs their slow tests
+too, beside the fast loop: ``-m "not long and (not slow or every_torch)"``."""
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m selects: a `long` test must count as `slow` there
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """A ``long`` test is ``slow`` too; skip the simulated-NPU tier, naming the missing torch feature,
-    on a torch too old for it."""
+    """A ``long`` test is ``slow`` too; the areas in EVERY_TORCH_AREAS are ``every_torch``; skip the
+    simulated-NPU tier, naming the missing torch feature, on a torch too old for it."""
     for item in items:
         if item.get_closest_marker("long") is not None and item.get_closest_marker("slow") is None:
             item.add_marker(pytest.mark.slow)
+        if item.path.is_relative_to(TESTS) and item.path.relative_to(TESTS).as_posix().startswith(EVERY_TORCH_AREAS):
+            item.add_marker(pytest.mark.every_torch)
     if FAKE_NPU_MISSING is None:
         return
     skip = pytest.mark.skip(reason=FAKE_NPU_MISSING)
@@ -337,6 +349,50 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
             fh.write(f"{report.duration:.2f}\t{report.when}\t{report.outcome}\t{report.nodeid}\n")
 
 
+HANG_BACKSTOP_S = float(os.environ.get("NPU_MIGRATE_TEST_HANG_BACKSTOP_S", "150"))
+"""Seconds past a test's own pytest-timeout (300 s, or its ``timeout`` mark) before its worker is ended.
+
+pytest-timeout's signal method fails a hung test from inside, through a Python signal handler. A
+test stuck where that handler never runs (C code holding the worker's main thread, or a wait
+after the timeout already fired once) would hold its worker for good, and with ``--dist
+loadscope`` the modules queued on it: the suite never ends and says nothing. Past this backstop
+faulthandler (a C thread) writes every thread's stack to a file and ends the worker; xdist then
+reports the test as crashed, starts a new worker for what was queued, and the summary prints the
+stacks. ``NPU_MIGRATE_TEST_HANG_BACKSTOP_S`` sets it (the test of the backstop itself does)."""
+_HANG_DIR_VAR = "NPU_MIGRATE_TEST_HANG_DIR"
+_hang_file = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The controller picks the directory for the backstop's stack dumps; its workers inherit it."""
+    if not os.environ.get(_HANG_DIR_VAR):
+        os.environ[_HANG_DIR_VAR] = tempfile.mkdtemp(prefix="npu_migrate-test-hangs-")
+        config.add_cleanup(lambda: shutil.rmtree(os.environ.pop(_HANG_DIR_VAR), ignore_errors=True))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """Arm the backstop (HANG_BACKSTOP_S) for the whole of one test: set-up, call and teardown."""
+    global _hang_file
+    if _hang_file is None:
+        name = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        _hang_file = open(Path(os.environ[_HANG_DIR_VAR], f"{name}-{os.getpid()}.txt"), "w")  # noqa: SIM115
+    mark = item.get_closest_marker("timeout")
+    limit = float(mark.args[0]) if mark and mark.args else float(item.config.getini("timeout") or 300)
+    _hang_file.seek(0)
+    _hang_file.truncate()
+    _hang_file.write(f"{item.nodeid} did not end within {limit + HANG_BACKSTOP_S:g} s; every thread of its worker:\n")
+    _hang_file.flush()
+    faulthandler.dump_traceback_later(limit + HANG_BACKSTOP_S, exit=True, file=_hang_file)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+        _hang_file.seek(0)
+        _hang_file.truncate()
+        _hang_file.flush()
+
+
 FAST_LOOP_NOTICE_S = 5.0
 """A test of the fast loop (``-m "not slow"``) that takes this long is named at the end of the run."""
 
@@ -347,6 +403,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     A notice, never a failure (a loaded machine is slow): the loop stays fast only if tests that
     start launchers or ranks are marked, and this is where a new one shows.
     """
+    _print_hangs(terminalreporter)
     if "not slow" not in (config.getoption("markexpr", "") or ""):
         return
     seen: dict[str, float] = {}
@@ -360,3 +417,26 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
                                         "unless they are their area's one real-process test)")
         for took, nodeid in over:
             terminalreporter.write_line(f"{took:6.1f} s  {nodeid}")
+
+
+def _hangs() -> list[str]:
+    """The stacks HANG_BACKSTOP_S dumped: each worker it ended left its file with more than the header."""
+    folder = Path(os.environ.get(_HANG_DIR_VAR, "/nonexistent"))
+    texts = (dump.read_text(errors="replace").strip() for dump in sorted(folder.glob("*.txt")))
+    return [text for text in texts if "\n" in text]  # a header alone: a test still running
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test that hung once is not run again: xdist hands a crashed worker's module to its new worker."""
+    if any(text.startswith(f"{item.nodeid} did not end") for text in _hangs()):
+        pytest.fail(f"{item.nodeid} hung and its worker was ended (its stacks are in the summary); not run again",
+                    pytrace=False)
+
+
+def _print_hangs(terminalreporter) -> None:  # noqa: ANN001
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    for text in _hangs():
+        terminalreporter.write_sep("!", f"hung test: {text.splitlines()[0]}")
+        terminalreporter.write_line(text)
