@@ -58,6 +58,7 @@ from typing import Any
 
 from npu_migrate.launch import storewait, timing
 from npu_migrate.launch.errors import first_line
+from npu_migrate.launch.failure import order
 from npu_migrate.launch.jobstore import JobStore
 from npu_migrate.launch.liveness import Liveness, answer_pings, ask, lost_record, named_in
 from npu_migrate.launch.records import (
@@ -297,8 +298,9 @@ class Board:
         def publish() -> None:
             key, mine = js.key(f"fail/{gen}"), json.dumps(record)
             current = js.store.compare_set(key, "", mine).decode()
-            # The earliest failure wins, whichever node saw its own first (a compare-and-set retry).
-            while current != mine and as_record(current).get("time", 0.0) > record.get("time", float("inf")):
+            # The first failure wins (failure.order: causes before consequences, then the earliest),
+            # whichever node published its own first (a compare-and-set retry).
+            while current != mine and order(as_record(current)) > order(record):
                 current = js.store.compare_set(key, current, mine).decode()
             if record.get("kind") == FailureKind.LOST and record.get("owner"):
                 js.store.set(js.key(f"lost/{record['owner']}"), "1")

@@ -7,6 +7,7 @@ Usage::
     record = failure.record()            # JSON for the board (``fail/<gen>``) and the report
     again = failure_from(record)         # None when another launcher wrote something else
     exit_signal(-9)                      # "SIGKILL"
+    min(records, key=order)              # the job's first failure: causes before their consequences
 """
 
 from __future__ import annotations
@@ -84,6 +85,17 @@ def failure_from(record: Any) -> Failure | None:
         return Failure.from_record(record)
     except TypeError:  # fields missing
         return None
+
+
+def order(record: dict[str, Any]) -> tuple[bool, float]:
+    """Which failure is the job's first: causes before consequences, then the earliest.
+
+    A rank that fails because a peer's connection closed (``hints.after_a_peer``) failed after
+    that peer, whatever the clocks say: a rank killed by a signal is timed when its launcher saw
+    the death, which on a busy machine can be after its peers' errors about it.
+    """
+    text = f"{record.get('message') or ''}\n{record.get('traceback') or ''}" if record.get("exc_type") else ""
+    return hints.after_a_peer(text), float(record.get("time") or 0.0)
 
 
 def exit_signal(code: int | None) -> str | None:

@@ -4,6 +4,7 @@ Usage::
 
     signal_hint("SIGKILL")      # "often the kernel's out-of-memory killer, or an external kill: ..."
     error_hint(traceback_text)  # "gloo could not find the interface: set GLOO_SOCKET_IFNAME ..." or None
+    after_a_peer(traceback_text)  # True for "Connection closed by peer": a consequence, not the cause
 
 Both are tables (data, not if-chains): add a row to teach the report a new case. An error
 signature is a regular expression searched in the exception's message and traceback; the first
@@ -15,6 +16,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
+PEER_DIED = r"NCCL communicator was aborted|ncclRemoteError|remote process exited"
+"""A backend error that says another rank died first (NCCL)."""
+PEER_CLOSED = r"Connection (reset|closed) by peer|Broken pipe"
+"""A backend error that says a peer's connection went away (gloo, TCPStore): it failed first, most often."""
+_AFTER_A_PEER = re.compile(f"{PEER_DIED}|{PEER_CLOSED}")
 
 SIGNAL_HINTS: dict[str, str] = {
     "SIGKILL": ("often the kernel's out-of-memory killer, or an external kill (a scheduler, a user): check "
@@ -72,13 +79,13 @@ ERROR_SIGNATURES: tuple[Signature, ...] = (
     Signature(r"Watchdog caught collective operation timeout",
               "torch's collective watchdog timed out: a rank is behind or stuck; use --hang-timeout (below "
               "the process group's timeout) to see every rank's stack and who is behind"),
-    Signature(r"NCCL communicator was aborted|ncclRemoteError|remote process exited",
+    Signature(PEER_DIED,
               "a peer rank died first: look for the first failure in this report"),
     # Connections (gloo, TCPStore, NCCL bootstrap).
     Signature(r"Connection refused|ECONNREFUSED",
               "connection refused: the peer (or the store on MASTER_ADDR:MASTER_PORT) is not listening; check "
               "that node 0 is up, the port is open in the firewall, and every node uses the same --port"),
-    Signature(r"Connection (reset|closed) by peer|Broken pipe",
+    Signature(PEER_CLOSED,
               "a peer closed its connection: it probably failed first; look for the first failure in this report"),
     Signature(r"[Tt]imed? ?out|Socket Timeout|DistStoreError",
               "a network operation timed out: check that every node can reach MASTER_ADDR and the others (a "
@@ -92,6 +99,11 @@ _COMPILED = tuple((re.compile(s.pattern), s.hint) for s in ERROR_SIGNATURES)
 def signal_hint(name: str | None) -> str | None:
     """What a death by signal ``name`` (``"SIGKILL"``) usually means, or None."""
     return SIGNAL_HINTS.get(name or "")
+
+
+def after_a_peer(text: str | None) -> bool:
+    """Whether an error (message and traceback) is the consequence of a peer's end, not a cause."""
+    return bool(text) and _AFTER_A_PEER.search(text) is not None
 
 
 def error_hint(text: str | None) -> str | None:

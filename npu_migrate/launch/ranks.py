@@ -28,7 +28,7 @@ from typing import Any
 
 from npu_migrate.launch import rundir, stacks, timing
 from npu_migrate.launch.config import LaunchConfig, Target
-from npu_migrate.launch.failure import Failure, exit_signal
+from npu_migrate.launch.failure import Failure, exit_signal, order
 from npu_migrate.launch.hangwatch import HangWatch
 from npu_migrate.launch.output import Relay, log_path
 from npu_migrate.launch.signals import REAP_AFTER_KILL_S, STOP_GRACE_S, Signals
@@ -181,12 +181,11 @@ class RankProcesses:
                     self._exit_seen[i] = now
             failed = [(i, p) for i, p in enumerate(procs) if p.exitcode not in (None, 0)]
             if failed:
-                # The first failure by when it happened: a Python error's time is the rank's own,
-                # a death's is when the launcher saw it. Ranks that died of its broken
-                # collectives come later.
+                # The first failure: causes before consequences (a peer's closed connection), then
+                # by when it happened (a Python error's time is the rank's own, a death's is when
+                # the launcher saw it).
                 candidates = [self._failure_of(i, p) for i, p in failed]
-                candidates.sort(key=lambda f: (f.time, f.rank))
-                return Watched.FAILED, candidates[0]
+                return Watched.FAILED, min(candidates, key=lambda f: (*order(f.record()), f.rank))
             if all(p.exitcode == 0 for p in procs):
                 return Watched.OK, None
             hang = self.watch.poll()

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import LAUNCH_SCRIPTS, ROOT, child_env
+from npu_migrate.launch.failure import Failure, order
 from support import Launch, rank_block, two_free_ports, wait_for_text, wait_until
 
 HANG_JOB = LAUNCH_SCRIPTS / "hang_job.py"
@@ -135,6 +136,39 @@ def test_the_error_file_records_every_rank(tmp_path: Path, args: list[str], firs
         assert failed["exit_code"] == -9 and "out-of-memory killer, or an external kill" in failed["hint"]
         assert "was killed by SIGKILL (often the kernel's out-of-memory killer, or an external kill" in job.err
     assert report["first_failure"]["rank"] == first["rank"]
+
+
+@pytest.mark.parametrize("text", [
+    "[../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:40213",
+    "[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:545] Read error [192.0.2.2]:55509: Connection reset by peer",
+    "NCCL error: remote process exited or there was a network error, NCCL version 2.21.5",
+])
+def test_a_peers_error_about_a_death_comes_after_the_death_whatever_the_clocks(text: str) -> None:
+    killed = Failure(1, 1, 0, "gpu7", exit_code=-9, signal_name="SIGKILL", time=20.0).record()
+    broken = Failure(0, 0, 0, "gpu7", exit_code=1, exc_type="DistBackendError", message=text, time=19.9).record()
+    plain = Failure(2, 0, 1, "gpu8", exit_code=1, exc_type="ValueError", message="boom", time=20.5).record()
+    assert min([broken, killed], key=order)["rank"] == 1  # the death was seen after the error it caused
+    assert min([broken, plain, killed], key=order)["rank"] == 1  # then causes by time
+    assert min([broken], key=order)["rank"] == 0  # a consequence alone still ends the job as the first failure
+
+
+@pytest.mark.slow
+def test_a_rank_killed_during_a_collective_is_named_first_not_the_peer_it_broke(tmp_path: Path) -> None:
+    """Rank 1 is SIGKILLed while rank 0 is in (or entering) an all-reduce with it: gloo ends rank 0
+    with "Connection closed by peer", maybe before the launcher has seen rank 1's death. The
+    report names the cause, rank 1, whatever the order in which the launcher saw the two."""
+    error_file = tmp_path / "error.json"
+    job = Launch(tmp_path, "--device-num", "2", "--error-file", str(error_file), str(HANG_JOB),
+                 "--kill", "1", "--in-collective")
+    assert job.wait() == 1, job.err
+    report = json.loads(error_file.read_text())
+    first = report["first_failure"]
+    assert (first["rank"], first["signal_name"]) == (1, "SIGKILL"), first
+    ranks = {r["rank"]: r for r in report["ranks"]}
+    assert ranks[1]["first_failure"] and not ranks[0]["first_failure"], report["ranks"]
+    failed = [line for line in job.err.splitlines() if line.startswith("npu-migrate launch: ") and " rank " in line
+              and ("failed" in line or "killed" in line)]
+    assert failed and "rank 1 (local rank 1 on node 0" in failed[0] and "was killed by SIGKILL" in failed[0], job.err
 
 
 # --------------------------------------------------------------------------- two nodes

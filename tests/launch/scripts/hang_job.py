@@ -8,6 +8,8 @@
   --crash RANK       that rank raises after its first all-reduce; --kill RANK: SIGKILLs itself; the
                      other ranks then wait outside any collective, so only the launcher ends them (in
                      an all-reduce, gloo would end them itself when the peer's connection closes)
+  --in-collective    with --kill, the other ranks go on into the all-reduce instead, and gloo ends
+                     them ("Connection closed by peer") when the killed rank's connection closes
 Each rank writes $OUT_DIR/at-end{RANK} when it has issued its last collective (or stopped issuing them).
 """
 
@@ -48,7 +50,7 @@ for step in range(steps):
         raise RuntimeError(f"crash on rank {info.rank}")
     if step == 1 and info.rank == int(flag("--kill", "-1")):
         os.kill(os.getpid(), signal.SIGKILL)
-    if step == 1 and (flag("--crash") or flag("--kill")) is not None:
+    if step == 1 and (flag("--crash") or flag("--kill")) is not None and "--in-collective" not in sys.argv:
         time.sleep(1000)  # the surviving ranks: out of any collective until the launcher stops them
     if step == 2 and info.rank == skip:
         continue
