@@ -17,8 +17,8 @@ import math
 import os
 from typing import Any
 
+from npu_migrate.compare.comparison import Comparison, step_dtypes
 from npu_migrate.compare.sources import SourceError
-from npu_migrate.compare.verdict import Comparison, _step_dtypes
 
 MAX_METRICS = 4
 
@@ -62,7 +62,7 @@ def write_png(result: Comparison, path: str) -> str:
             va, vb = ra.steps.get(step, {}).get(name), rb.steps.get(step, {}).get(name)
             if va is None or vb is None:
                 continue
-            rtol, atol = result.tolerance.resolve(*_step_dtypes(ra, rb, step))
+            rtol, atol = result.tolerance.resolve(*step_dtypes(ra, rb, step))
             xs.append(step)
             ya.append(va)
             yb.append(vb)

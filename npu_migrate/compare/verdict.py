@@ -39,8 +39,6 @@ from npu_migrate.compare.tolerance import Tolerance, errors, is_close
 
 __all__ = ["Comparison", "Culprit", "MetricSummary", "compare"]
 
-_step_dtypes = step_dtypes  # the plot's name for it
-
 
 def compare(a: str | Run, b: str | Run, tolerance: Tolerance | None = None, *, allow_failing_steps: int = 0,
             steps: StepRange | str | None = None, metrics: Sequence[str] | None = None,
