@@ -1,6 +1,7 @@
 """A training-script stand-in for launcher tests; what it does is chosen by its arguments.
 
-Every rank joins the group, all-reduces once and writes $OUT_DIR/rank{RANK}.json with what it saw.
+Every rank joins the group, all-reduces once and writes $OUT_DIR/rank{RANK}.json with what it saw,
+and all-reduces again, so every report is written before any rank misbehaves.
 Then, on the rank named by --on-rank (all ranks when -1):
   --fail            raise ValueError
   --exit CODE       os._exit(CODE)
@@ -61,6 +62,8 @@ out = Path(os.environ["OUT_DIR"])
 (out / f".rank{info.rank}.json.tmp").write_text(json.dumps(report))
 (out / f".rank{info.rank}.json.tmp").replace(out / f"rank{info.rank}.json")
 print(f"rank {info.rank} says hello", flush=True)
+# Every rank has written its report before any of them misbehaves below (a test reads them all).
+dist.all_reduce(torch.zeros(1, device=info.device))
 
 if me and "--fail" in sys.argv:
     raise ValueError(f"boom on rank {info.rank}")
