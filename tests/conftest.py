@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import faulthandler
 import importlib.util
+import itertools
 import json
 import logging
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -142,10 +144,65 @@ def clean_env(monkeypatch: pytest.MonkeyPatch):
     _device._clear_caches()
 
 
-def free_port() -> int:
+PORT_POOL_START = 10000
+"""The lowest port a test's job is given (below it: well-known services)."""
+PORT_STEP = 4
+"""Ports set aside per draw: a launcher serves --port and --port + 1 (multi-node)."""
+
+
+def _port_pool() -> range | None:
+    """This worker's ports: below the kernel's ephemeral range, a slice per xdist worker.
+
+    A port the OS chose with ``bind(0)`` comes from the ephemeral range, which the kernel keeps
+    handing out (to every outgoing connection, to gloo's pairs, to other tests' draws): between
+    the draw and the launcher's bind another process can take it ("Address already in use", a
+    flake seen with 15 workers). Ports below that range are handed out only on request, and the
+    workers' slices never overlap. None where the range leaves no room (then ``bind(0)``).
+    """
+    try:
+        ephemeral_low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    workers = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1))
+    size = (ephemeral_low - PORT_POOL_START) // workers
+    if size < 100 * PORT_STEP:
+        return None
+    # A replacement worker (after a crash) is numbered past the count: it takes the slot it replaces.
+    index = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0) % workers
+    return range(PORT_POOL_START + index * size, PORT_POOL_START + (index + 1) * size - PORT_STEP, PORT_STEP)
+
+
+_PORT_POOL = _port_pool()
+_port_draws = iter(())
+
+
+def _bindable(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+        try:
+            sock.bind(("", port))  # without SO_REUSEADDR: a port still in TIME_WAIT is skipped too
+        except OSError:
+            return False
+    return True
+
+
+def free_port() -> int:
+    """A port for a test's job, with the next one free too (a launcher's --port + 1).
+
+    Drawn in turn from this worker's slice (:func:`_port_pool`), starting at a random place, so
+    no port is drawn twice in a run and no other worker or the kernel hands it out meanwhile.
+    """
+    global _port_draws
+    if _PORT_POOL is None:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            return int(sock.getsockname()[1])
+    for _ in range(2):
+        for port in _port_draws:
+            if _bindable(port) and _bindable(port + 1):
+                return port
+        start = random.randrange(len(_PORT_POOL))
+        _port_draws = itertools.chain(_PORT_POOL[start:], _PORT_POOL[:start])
+    raise RuntimeError(f"no free pair of ports in {_PORT_POOL}")
 
 
 def child_env(*paths: Path, real_devices: bool = False, **extra: str) -> dict[str, str]:

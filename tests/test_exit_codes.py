@@ -69,12 +69,6 @@ def _own_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NPU_MIGRATE_DEVICE", "cpu")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("", 0))
-        return int(sock.getsockname()[1])
-
-
 def run_main(argv: list[str], capsys: pytest.CaptureFixture[str], stdout: object = None,
              entry=main) -> tuple[int, list[str]]:
     """``entry(argv)`` in this process: its exit code (argparse's SystemExit too) and its stderr lines."""
