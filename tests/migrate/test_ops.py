@@ -8,11 +8,15 @@ Each audit runs in this process through ``npu_migrate.cli.main``, as the console
 from __future__ import annotations
 
 import json
+import signal
+import sys
 from pathlib import Path
 
 import pytest
 
 from npu_migrate.cli import main
+from npu_migrate.ops.cli import IMPORT_GRACE_S, time_limit
+from npu_migrate.ops.record import AuditDone
 
 SCRIPTS = Path(__file__).with_name("scripts")
 
@@ -130,6 +134,43 @@ def test_seconds_ends_an_inference_loop(tmp_path: Path, release: str) -> None:
     code, data = audit(tmp_path, "forever.py", "--seconds", "2", release=release)
     assert data["ended"] == "--seconds 2 reached" and data["steps"] == 0
     assert code == 0 and data["summary"]["cpu_fallback"] == 0  # what it recorded depends on the machine's speed
+
+
+def test_seconds_gives_the_callers_timer_back() -> None:
+    """In-process (an API caller, pytest-timeout's signal method): the caller's SIGALRM handler and
+    real-time timer are back after the audit's own, the timer with the time it had left."""
+    def outer(signum: int, frame: object) -> None:
+        raise AssertionError("the caller's timer fired before it was due")
+
+    saved_handler = signal.signal(signal.SIGALRM, outer)
+    saved_timer = signal.setitimer(signal.ITIMER_REAL, 1000)
+    try:
+        with time_limit(5):
+            assert signal.getsignal(signal.SIGALRM) is not outer
+            assert 0 < signal.getitimer(signal.ITIMER_REAL)[0] <= 5
+        assert signal.getsignal(signal.SIGALRM) is outer
+        assert 5 < signal.getitimer(signal.ITIMER_REAL)[0] <= 1000
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, saved_handler)
+        if saved_timer[0]:
+            signal.setitimer(signal.ITIMER_REAL, *saved_timer)
+
+
+def test_seconds_never_stops_the_script_inside_an_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Expiring while a module is imported, the limit lets the import finish and stops the script
+    after it: a module stopped half-way keeps what it registered (torch's operators) and fails the
+    next import of it ("Tried to register an operator ... multiple times", a flake seen in-process)."""
+    (tmp_path / "limit_inside_import.py").write_text(
+        "import signal\nsignal.raise_signal(signal.SIGALRM)  # the limit expires here\nFINISHED = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "limit_inside_import", raising=False)
+    with pytest.raises(AuditDone, match="--seconds 1000 reached"), time_limit(1000):
+        import limit_inside_import  # noqa: F401
+        assert sys.modules["limit_inside_import"].FINISHED
+        assert 0 < signal.getitimer(signal.ITIMER_REAL)[0] <= IMPORT_GRACE_S  # waiting again, briefly
+        signal.pause()  # the limit, after the import: AuditDone
+    assert sys.modules["limit_inside_import"].FINISHED
 
 
 def test_markdown_file(tmp_path: Path, release: str) -> None:
