@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -126,6 +127,55 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
         return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return max(1, (3 * cores + 1) // 2)
+
+
+def _cpu_autocast(enable: bool | None = None) -> bool:
+    """Whether CPU autocast is on (set it first when ``enable`` is given): torch >= 2.4 takes the
+    device type, and warns that the CPU-only functions are deprecated."""
+    try:
+        if enable is not None:
+            torch.set_autocast_enabled("cpu", enable)
+        return torch.is_autocast_enabled("cpu")
+    except TypeError:  # torch < 2.4
+        if enable is not None:
+            torch.set_autocast_cpu_enabled(enable)
+        return torch.is_autocast_cpu_enabled()
+
+
+def _torch_modes() -> dict[str, object]:
+    """torch's process-wide modes that an in-process test must leave as it found them."""
+    from torch.nn.modules import module as nn_module
+
+    return {
+        "grad mode": torch.is_grad_enabled(),
+        "inference mode": torch.is_inference_mode_enabled(),
+        "autocast (cpu)": _cpu_autocast(),
+        "default dtype": torch.get_default_dtype(),
+        "Tensor.backward": torch.Tensor.backward,
+        "global module hooks": sum(len(getattr(nn_module, name, {})) for name in (
+            "_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
+            "_global_backward_pre_hooks")),
+    }
+
+
+_TORCH_MODES = _torch_modes()
+
+
+@pytest.fixture(autouse=True)
+def torch_modes_kept() -> Iterator[None]:
+    """Fail the test that leaves torch's modes changed (grad off, autocast on, a patched backward...),
+    and put them back: on the test's worker every later in-process test would inherit them and fail
+    somewhere unrelated (a probe that recorded nothing because grad mode was off)."""
+    yield
+    now = _torch_modes()
+    changed = {name: (_TORCH_MODES[name], value) for name, value in now.items() if value != _TORCH_MODES[name]}
+    if changed:
+        torch.set_grad_enabled(bool(_TORCH_MODES["grad mode"]))
+        _cpu_autocast(bool(_TORCH_MODES["autocast (cpu)"]))
+        torch.set_default_dtype(_TORCH_MODES["default dtype"])  # type: ignore[arg-type]
+        torch.Tensor.backward = _TORCH_MODES["Tensor.backward"]  # type: ignore[method-assign]
+        pytest.fail("the test left torch's process-wide modes changed (was, now): " + ", ".join(
+            f"{name} {before!r} -> {after!r}" for name, (before, after) in changed.items()), pytrace=False)
 
 
 @pytest.fixture(autouse=True)

@@ -326,7 +326,7 @@ def make_config(
     count = _accelerators(spec) if spec.is_accelerator else 1
     if nproc is None:
         nproc = count
-    if spec.name == "npu":
+    if spec.backend == hccl.BACKEND:  # its host ports are HCCL's, whatever the family is called
         control = plain["port"] + CONTROL_PORT_OFFSET if plain["nnodes"] > 1 else None
         hccl.check_launcher_ports(plain["port"], control, port_from, hccl_ports)
     if not spec.is_accelerator and nproc > CPU_PROCESSES_PER_CORE * cluster.node_cores():

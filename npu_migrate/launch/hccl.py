@@ -36,6 +36,9 @@ from dataclasses import dataclass
 
 from npu_migrate.launch.errors import LaunchUsageError
 
+BACKEND = "hccl"
+"""The torch.distributed backend whose host ports this module keeps the launcher out of."""
+
 DEFAULT_BASE_PORT = 60000
 """HCCL's first host port when ``HCCL_IF_BASE_PORT`` is unset."""
 
