@@ -32,8 +32,10 @@ def test_queued_behind_it():
 def test_a_test_stuck_past_its_timeout_is_named_with_its_stacks_and_the_suite_goes_on(tmp_path: Path) -> None:
     (tmp_path / "test_stuck.py").write_text(STUCK)
     env = child_env(NPU_MIGRATE_TEST_HANG_BACKSTOP_S="2", PYTHONPATH=str(TESTS))
-    for name in [n for n in env if n.startswith("PYTEST_XDIST_") or n == "NPU_MIGRATE_TEST_HANG_DIR"]:
-        env.pop(name)  # a suite of its own, not one of this run's workers
+    # A suite of its own: not one of this run's workers, and not in its times file.
+    own = ("NPU_MIGRATE_TEST_HANG_DIR", "NPU_MIGRATE_TEST_TIMES")
+    for name in [n for n in env if n.startswith("PYTEST_XDIST_") or n in own]:
+        env.pop(name)
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "conftest", "-n", "1", "--dist", "loadscope", "-q", "-p", "no:cacheprovider",
          "--rootdir", str(tmp_path), str(tmp_path / "test_stuck.py")],
