@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import LAUNCH_SCRIPTS, ROOT, child_env, free_port
+from conftest import LAUNCH_SCRIPTS, ROOT, child_env
 from npu_migrate.compare import records
 
 JOB = LAUNCH_SCRIPTS / "launch_job.py"
@@ -116,11 +116,6 @@ def one_line_errors(text: str) -> None:
 
 
 # --------------------------------------------------------------------------- launchers on several nodes
-
-
-def two_free_ports() -> int:
-    """A port P with P + 1 also free (multi-node launchers use both): what free_port draws."""
-    return free_port()
 
 
 def launcher(tmp: Path, rank: int, port: int, *extra: str, nnodes: str = "2", nproc: str = "1",

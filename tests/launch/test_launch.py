@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FAKE_NPU, ROOT, TESTS, child_env
-from support import JOB, Launch, alive, all_pids, assert_all_gone, reports, two_free_ports, wait_for_files
+from conftest import FAKE_NPU, ROOT, TESTS, child_env, free_port
+from support import JOB, Launch, alive, all_pids, assert_all_gone, reports, wait_for_files
 
 HOST = socket.gethostname()
 
@@ -40,7 +40,7 @@ def test_one_node_two_ranks_with_torchrun_environment(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_two_nodes_two_ranks_each_are_node_major(tmp_path: Path) -> None:
-    port = str(two_free_ports())
+    port = str(free_port())
     common = ["--nnodes", "2", "--device-num", "2", "--addr", "127.0.0.1", "--port", port, "--join-timeout", "60"]
     node1 = Launch(tmp_path, *common, "--node-rank", "1", str(JOB), "--sleep", "0", name="node1")
     node0 = Launch(tmp_path, *common, "--node-rank", "0", str(JOB), "--sleep", "0", name="node0")
@@ -195,7 +195,7 @@ def test_sigkill_to_the_launcher_leaves_no_orphans(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_failure_on_one_node_ends_the_other_node_quickly(tmp_path: Path) -> None:
-    port = str(two_free_ports())
+    port = str(free_port())
     common = ["--nnodes", "2", "--device-num", "2", "--addr", "127.0.0.1", "--port", port, "--join-timeout", "60"]
     # Node 0's ranks sleep outside any collective: only the launchers can end them.
     node0 = Launch(tmp_path, *common, "--node-rank", "0", str(JOB), "--fail", "--on-rank", "3", name="node0")

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from support import launcher, one_line_errors, two_free_ports
+from conftest import free_port
+from support import launcher, one_line_errors
 
 REFUSAL = "node rank 1 is already taken by the launcher on host"
 FIX = "give every node a different --node-rank in [0, 2)."
@@ -27,7 +28,7 @@ RANK_LINE = re.compile(r"^\[\S+ node\d+ rank\d+\] ")
 @pytest.mark.parametrize("repeat", range(REPEATS))
 @pytest.mark.parametrize("seconds", ["1", "3", "10"])
 def test_a_duplicate_node_rank_is_refused_in_one_line(tmp_path: Path, seconds: str, repeat: int) -> None:
-    port = two_free_ports()
+    port = free_port()
     job = ("--sleep", seconds)
     node0 = launcher(tmp_path, 0, port, job=job)
     first = launcher(tmp_path, 1, port, job=job, name="first")

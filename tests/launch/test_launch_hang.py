@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LAUNCH_SCRIPTS, ROOT, child_env
+from conftest import LAUNCH_SCRIPTS, ROOT, child_env, free_port
 from npu_migrate.launch.failure import Failure, order
-from support import Launch, rank_block, two_free_ports, wait_for_text, wait_until
+from support import Launch, rank_block, wait_for_text, wait_until
 
 HANG_JOB = LAUNCH_SCRIPTS / "hang_job.py"
 
@@ -175,7 +175,7 @@ def test_a_rank_killed_during_a_collective_is_named_first_not_the_peer_it_broke(
 
 
 def two_nodes(tmp: Path, *extra: str, job: tuple[str, ...]) -> list[Launch]:
-    port = two_free_ports()
+    port = free_port()
     return [Launch(tmp, "--nnodes", "2", "--node-rank", str(n), "--device-num", "1", "--addr", "127.0.0.1",
                    "--port", str(port), "--node-timeout", "5", "--error-file", str(tmp / f"error{n}.json"),
                    *extra, str(HANG_JOB), *job, name=f"node{n}") for n in (0, 1)]
@@ -225,7 +225,7 @@ def test_two_nodes_agree_on_the_first_failure(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_preflight_names_the_rank_and_interface_that_cannot_work(tmp_path: Path) -> None:
-    port = two_free_ports()
+    port = free_port()
     nodes = [Launch(tmp_path, "--nnodes", "2", "--node-rank", str(n), "--device-num", "1", "--addr", "127.0.0.1",
                     "--port", str(port), "--node-timeout", "5", "--preflight", str(HANG_JOB), name=f"node{n}",
                     GLOO_SOCKET_IFNAME="nosuch0" if n else "lo") for n in (0, 1)]

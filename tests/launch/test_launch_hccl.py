@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FAKE_NPU, ROOT, child_env
-from support import HANG_GUARD_S, JOB, Launch, one_line_errors, two_free_ports
+from conftest import FAKE_NPU, ROOT, child_env, free_port
+from support import HANG_GUARD_S, JOB, Launch, one_line_errors
 
 from npu_migrate.launch import hccl
 from npu_migrate.launch.config import pick_free_port
@@ -82,7 +82,7 @@ def test_other_families_accept_a_port_in_hccls_range() -> None:
 
 @pytest.mark.slow
 def test_hccl_variables_that_differ_between_nodes_end_the_job_naming_both_values(tmp_path: Path) -> None:
-    port = two_free_ports()
+    port = free_port()
     nodes = [Launch(tmp_path, "--nnodes", "2", "--node-rank", str(r), "--device-num", "1", "--addr", "127.0.0.1",
                     "--port", str(port), "--join-timeout", "300", "--node-timeout", "10", str(JOB), name=f"node{r}",
                     HCCL_CONNECT_TIMEOUT=timeout, HCCL_EXEC_TIMEOUT="1800")

@@ -6,12 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from support import launcher, one_line_errors, reports, two_free_ports, wait_for_files
+from conftest import free_port
+from support import launcher, one_line_errors, reports, wait_for_files
 
 
 @pytest.mark.long
 def test_a_duplicate_node_rank_ends_a_forming_job_everywhere(tmp_path: Path) -> None:
-    port = two_free_ports()
+    port = free_port()
     # Three nodes expected; two launchers claim node rank 1 and node 2 never comes.
     node0 = launcher(tmp_path, 0, port, nnodes="3")
     node1 = launcher(tmp_path, 1, port, nnodes="3")
@@ -26,7 +27,7 @@ def test_a_duplicate_node_rank_ends_a_forming_job_everywhere(tmp_path: Path) -> 
 
 @pytest.mark.long
 def test_a_duplicate_node_rank_is_refused_by_a_running_job(tmp_path: Path) -> None:
-    port = two_free_ports()
+    port = free_port()
     release = tmp_path / "release"
     node0 = launcher(tmp_path, 0, port, job=("--hold", str(release)))
     node1 = launcher(tmp_path, 1, port, job=("--hold", str(release)))
@@ -43,7 +44,7 @@ def test_a_duplicate_node_rank_is_refused_by_a_running_job(tmp_path: Path) -> No
 
 @pytest.mark.slow
 def test_another_jobs_launcher_can_neither_join_nor_end_the_job(tmp_path: Path) -> None:
-    port = two_free_ports()
+    port = free_port()
     release = tmp_path / "release"
     node0 = launcher(tmp_path, 0, port, "--job-id", "jobA", job=("--hold", str(release)))
     node1 = launcher(tmp_path, 1, port, "--job-id", "jobA", job=("--hold", str(release)))
@@ -64,7 +65,7 @@ def test_another_jobs_launcher_can_neither_join_nor_end_the_job(tmp_path: Path) 
 
 @pytest.mark.slow
 def test_flags_that_differ_between_nodes_are_refused_on_every_node(tmp_path: Path) -> None:
-    port = two_free_ports()
+    port = free_port()
     node0 = launcher(tmp_path, 0, port, nproc="1")
     node1 = launcher(tmp_path, 1, port, nproc="2")
     for launch in (node0, node1):
@@ -98,7 +99,7 @@ def test_text_written_into_the_store_is_shown_stripped(tmp_path: Path, key: str)
 
     from npu_migrate.launch.padded_store import pad
 
-    port = two_free_ports()
+    port = free_port()
     release = tmp_path / "release"
     files = [tmp_path / f"error{k}.json" for k in (0, 1)]
     nodes = [launcher(tmp_path, k, port, "--job-id", "jobA", "--error-file", str(files[k]),

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, child_env
-from support import HANG_GUARD_S, JOB, Launch, one_line_errors, reports, two_free_ports, wait_for_text
+from conftest import ROOT, child_env, free_port
+from support import HANG_GUARD_S, JOB, Launch, one_line_errors, reports, wait_for_text
 
 from npu_migrate.launch import ranktable, schedulers
 from npu_migrate.launch.schedulers import Scheduler
@@ -254,7 +254,7 @@ def test_a_rank_table_never_completed_ends_the_wait_in_one_line(tmp_path: Path) 
 
 @pytest.mark.slow
 def test_a_two_pod_ascendjob_on_loopback_gets_global_ranks_0_to_3(tmp_path: Path) -> None:
-    port = two_free_ports()
+    port = free_port()
     pods = [Launch(tmp_path, "--join-timeout", "300", "--node-timeout", "10", str(JOB), name=f"pod{r}",
                    RANK=str(r), WORLD_SIZE="4", LOCAL_RANK="{0,1}", LOCAL_WORLD_SIZE="2",
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)) for r in (0, 1)]
@@ -271,7 +271,7 @@ def test_a_two_pod_ascendjob_on_loopback_gets_global_ranks_0_to_3(tmp_path: Path
 
 @pytest.mark.slow
 def test_launchers_wait_for_the_rank_table_and_take_its_ranks(tmp_path: Path) -> None:
-    port = two_free_ports()
+    port = free_port()
     path = tmp_path / "hccl.json"
     path.write_text(json.dumps({"status": "initializing"}))
     table = json.loads(json.dumps(V12))

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from support import JOB, Launch, all_pids, assert_all_gone, one_line_errors, two_free_ports, wait_for_files, wait_for_text
+from conftest import free_port
+from support import JOB, Launch, all_pids, assert_all_gone, one_line_errors, wait_for_files, wait_for_text
 
 SIGNALS = [pytest.param(signal.SIGINT, 130, id="SIGINT"), pytest.param(signal.SIGTERM, 143, id="SIGTERM")]
 
@@ -38,7 +39,7 @@ def ends_with(launch: Launch, code: int, line: str) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize(("sig", "code"), SIGNALS)
 def test_while_connecting_to_node_0(tmp_path: Path, sig: int, code: int) -> None:
-    node1 = multi(tmp_path, 1, two_free_ports())  # node 0 never comes
+    node1 = multi(tmp_path, 1, free_port())  # node 0 never comes
     wait_for_text(log_of(tmp_path, 1), "node 1: connecting to node 0")
     node1.proc.send_signal(sig)
     ends_with(node1, code, f"received {signal.Signals(sig).name} while connecting to node 0: stopped; "
@@ -48,7 +49,7 @@ def test_while_connecting_to_node_0(tmp_path: Path, sig: int, code: int) -> None
 @pytest.mark.slow
 @pytest.mark.parametrize(("sig", "code"), SIGNALS)
 def test_while_waiting_for_nodes(tmp_path: Path, sig: int, code: int) -> None:
-    node0 = multi(tmp_path, 0, two_free_ports())  # node 1 never comes
+    node0 = multi(tmp_path, 0, free_port())  # node 1 never comes
     wait_for_text(log_of(tmp_path, 0), "node 0: waiting for nodes")
     node0.proc.send_signal(sig)
     ends_with(node0, code, f"received {signal.Signals(sig).name} while waiting for nodes: stopped; "
@@ -58,7 +59,7 @@ def test_while_waiting_for_nodes(tmp_path: Path, sig: int, code: int) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize(("sig", "code"), [*SIGNALS, pytest.param(signal.SIGHUP, 129, id="SIGHUP")])
 def test_while_running_ends_every_node(tmp_path: Path, sig: int, code: int) -> None:
-    port = two_free_ports()
+    port = free_port()
     hold = ("--hold", str(tmp_path / "never"))
     node0, node1 = multi(tmp_path, 0, port, job=hold), multi(tmp_path, 1, port, job=hold)
     wait_for_files(tmp_path, ["rank0.json", "rank1.json"])
@@ -75,7 +76,7 @@ def test_while_running_ends_every_node(tmp_path: Path, sig: int, code: int) -> N
 @pytest.mark.long
 @pytest.mark.parametrize(("sig", "code"), SIGNALS)
 def test_while_restarting(tmp_path: Path, sig: int, code: int) -> None:
-    port = two_free_ports()
+    port = free_port()
     hold = ("--hold", str(tmp_path / "never"))
     node0 = multi(tmp_path, 0, port, "--max-restarts", "1", job=hold)
     node1 = multi(tmp_path, 1, port, "--max-restarts", "1", job=hold)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import free_port
-from support import JOB, Hosts, Launch, netns_unavailable, two_free_ports, wait_for_files
+from support import JOB, Hosts, Launch, netns_unavailable, wait_for_files
 
 _LISTEN = "0A"
 
@@ -87,7 +87,7 @@ def test_a_single_node_job_listens_on_loopback_only(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_a_two_node_job_on_loopback_listens_on_loopback_only(tmp_path: Path) -> None:
-    port = two_free_ports()
+    port = free_port()
     release = tmp_path / "release"
     nodes = [Launch(tmp_path, "--nnodes", "2", "--node-rank", str(rank), "--device-num", "1", "--addr", "127.0.0.1",
                     "--port", str(port), "--join-timeout", "300", str(JOB), "--hold", str(release), name=f"node{rank}")

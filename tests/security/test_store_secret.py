@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 import torch.distributed as dist
 
-from conftest import ROOT, child_env, run_cli
-from support import JOB, Launch, one_line_errors, two_free_ports, wait_for_files, wait_for_text, wait_until
+from conftest import ROOT, child_env, free_port, run_cli
+from support import JOB, Launch, one_line_errors, wait_for_files, wait_for_text, wait_until
 
 from npu_migrate.launch.padded_store import pad, unpad
 
@@ -70,7 +70,7 @@ def stop(*nodes: Launch) -> None:
 
 @pytest.mark.slow
 def test_without_a_secret_a_pickled_rendezvous_state_runs_in_the_launchers(tmp_path: Path) -> None:
-    port = two_free_ports()
+    port = free_port()
     node0, node1, release = launchers(tmp_path, port)
     try:
         store, job = attacker(port)
@@ -85,7 +85,7 @@ def test_without_a_secret_a_pickled_rendezvous_state_runs_in_the_launchers(tmp_p
 
 @pytest.mark.slow
 def test_with_a_secret_a_pickled_rendezvous_state_is_refused(tmp_path: Path) -> None:
-    port = two_free_ports()
+    port = free_port()
     node0, node1, release = launchers(tmp_path, port, NPU_MIGRATE_JOB_SECRET=SECRET)
     store, job = attacker(port)
     marker = tmp_path / "ran"
@@ -114,7 +114,7 @@ def _forged(job: str, what: str) -> tuple[str, bytes]:
 @pytest.mark.slow
 @pytest.mark.parametrize("what", ["abort", "fail"])
 def test_without_a_secret_anyone_ends_the_job(tmp_path: Path, what: str) -> None:
-    port = two_free_ports()
+    port = free_port()
     node0, node1, release = launchers(tmp_path, port)
     try:
         store, job = attacker(port)
@@ -130,7 +130,7 @@ def test_without_a_secret_anyone_ends_the_job(tmp_path: Path, what: str) -> None
 @pytest.mark.slow
 @pytest.mark.parametrize("what", ["abort", "fail"])
 def test_with_a_secret_a_forged_abort_or_failure_is_refused(tmp_path: Path, what: str) -> None:
-    port = two_free_ports()
+    port = free_port()
     node0, node1, release = launchers(tmp_path, port, NPU_MIGRATE_JOB_SECRET=SECRET)
     store, job = attacker(port)
     key, value = _forged(job, what)
@@ -146,7 +146,7 @@ def test_with_a_secret_a_forged_abort_or_failure_is_refused(tmp_path: Path, what
 
 @pytest.mark.slow
 def test_a_node_without_the_secret_is_refused_in_one_line(tmp_path: Path) -> None:
-    port = two_free_ports()
+    port = free_port()
     args = ["--nnodes", "2", "--device-num", "1", "--addr", "127.0.0.1", "--port", str(port),
             "--join-timeout", "300", str(JOB)]
     node0 = Launch(tmp_path, "--node-rank", "0", *args, name="node0", NPU_MIGRATE_JOB_SECRET=SECRET)
@@ -211,7 +211,7 @@ def test_a_forged_claim_of_a_node_rank(tmp_path: Path, secret: bool) -> None:
     """An attacker claims node rank 1 before node 1 comes, and keeps the fake owner's heartbeat moving."""
     import threading
 
-    port = two_free_ports()
+    port = free_port()
     env = {"NPU_MIGRATE_JOB_SECRET": SECRET} if secret else {}
     args = ["--nnodes", "2", "--device-num", "1", "--addr", "127.0.0.1", "--port", str(port),
             "--join-timeout", "300", "--node-timeout", "5", str(JOB), "--sleep", "0"]
