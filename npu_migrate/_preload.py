@@ -23,32 +23,15 @@ itself and reports the cause in one line before any worker is forked.
 
 from __future__ import annotations
 
-import os
 import sys
 
 from npu_migrate import _torch_hook
+from npu_migrate.launch.forkserver import PRELOADED
 
-_AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"
-_autoload_before = os.environ.get(_AUTOLOAD)
-_autoload_wanted = (_autoload_before or "1") == "1"
-_torch_hook.hold()
-os.environ[_AUTOLOAD] = "0"
 try:
-    import torch  # noqa: F401
-    import torch.distributed  # noqa: F401
-    import torch.multiprocessing  # noqa: F401
-
-    import npu_migrate.device  # noqa: F401
-    import npu_migrate.distributed  # noqa: F401
-    import npu_migrate.launch.forkserver  # noqa: F401 - registers the workers' cleanup at exit
-    import npu_migrate.launch.worker  # noqa: F401
+    _torch_hook.import_held(PRELOADED)
 except Exception:  # noqa: BLE001, S110 - reported by the launcher, see above
     pass
-finally:
-    if _autoload_before is None:
-        del os.environ[_AUTOLOAD]
-    else:
-        os.environ[_AUTOLOAD] = _autoload_before
 
 
 def start_worker() -> None:
@@ -60,13 +43,7 @@ def start_worker() -> None:
     """
     if not _torch_hook.held():
         return
-    import torch
-
-    if _autoload_wanted and os.environ.get(_AUTOLOAD, "1") == "1":
-        load = getattr(torch, "_import_device_backends", None)  # torch >= 2.5
-        if load is not None:
-            load()
-    _torch_hook.release()
+    _torch_hook.resume()
     state = sys.modules.get("npu_migrate.migrate.state")
     if state is not None and state.is_installed():
         # Installed inside this worker's multiprocessing bootstrap, which its patch of

@@ -14,9 +14,10 @@ usual, runs the callbacks in the order they were added once ``torch/__init__.py`
 steps aside. Processes that never import torch pay nothing.
 
 A launcher's fork server imports torch for its workers but must not start a device runtime
-before it forks (real accelerators refuse to re-initialise in a forked child). It calls
-:func:`hold` first: the callbacks then wait, and each forked worker runs them with
-:func:`release`, in its own process, before the user's code.
+before it forks (real accelerators refuse to re-initialise in a forked child). It imports through
+:func:`import_held`: the callbacks wait (:func:`hold`), torch's device extensions are not
+auto-loaded, and each forked worker starts both with :func:`resume`, in its own process, before
+the user's code.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_bootstrap")
 """The folder of the bootstrap ``sitecustomize`` that arms migration and recording in child processes."""
@@ -103,3 +104,49 @@ def release() -> None:
     _HELD.clear()
     if "torch" in sys.modules:
         _run_callbacks()
+
+
+_AUTOLOAD = "TORCH_DEVICE_BACKEND_AUTOLOAD"
+_AUTOLOAD_WANTED: list[bool] = []  # [wanted] once import_held() ran in this process image
+
+
+def import_held(modules: Sequence[str]) -> None:
+    """Import ``modules`` (torch first among them) with the callbacks held and torch's device-extension
+    autoload off, for a process that will fork workers: what must start in each worker waits for
+    :func:`resume` there. The environment is left as it was.
+
+    Raises:
+        Exception: what the imports raise (the callbacks stay held).
+    """
+    import importlib
+
+    before = os.environ.get(_AUTOLOAD)
+    _AUTOLOAD_WANTED[:] = [(before or "1") == "1"]
+    hold()
+    os.environ[_AUTOLOAD] = "0"
+    try:
+        for name in modules:
+            importlib.import_module(name)
+    finally:
+        if before is None:
+            del os.environ[_AUTOLOAD]
+        else:
+            os.environ[_AUTOLOAD] = before
+
+
+def resume() -> None:
+    """After :func:`import_held` (and a fork): what ``import torch`` would have started, now.
+
+    Imports the device extensions torch would have auto-loaded (torch >= 2.5, unless
+    ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` then or now), then runs the held callbacks.
+
+    Raises:
+        RuntimeError: torch's "Failed to load the backend extension: ..." for a broken extension.
+    """
+    import torch
+
+    if all(_AUTOLOAD_WANTED) and os.environ.get(_AUTOLOAD, "1") == "1":
+        load = getattr(torch, "_import_device_backends", None)  # torch >= 2.5
+        if load is not None:
+            load()
+    release()

@@ -448,12 +448,14 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """With ``NPU_MIGRATE_TEST_TIMES=FILE``, append each test phase's wall time to FILE as it ends.
 
     A record that survives a suite cut short (pytest's ``--durations`` prints only at the end), for
-    finding where the suite's time goes.
+    finding where the suite's time goes. Columns: seconds, phase, outcome, test, the time it ended
+    (Unix seconds) and the xdist worker that ran it (what shows the workers' idle time).
     """
     target = os.environ.get("NPU_MIGRATE_TEST_TIMES")
     if target and not os.environ.get("PYTEST_XDIST_WORKER"):  # xdist's workers hand their reports to the controller
+        worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "-")
         with open(target, "a") as fh:
-            fh.write(f"{report.duration:.2f}\t{report.when}\t{report.outcome}\t{report.nodeid}\n")
+            fh.write(f"{report.duration:.2f}\t{report.when}\t{report.outcome}\t{report.nodeid}\t{time.time():.1f}\t{worker}\n")
 
 
 HANG_BACKSTOP_S = float(os.environ.get("NPU_MIGRATE_TEST_HANG_BACKSTOP_S", "150"))

@@ -22,6 +22,10 @@ PRELOAD = ["npu_migrate._preload"]
 """Imported once by the fork server; every worker forked from it starts with torch loaded. The
 module imports torch quietly: if torch cannot be imported (a broken torch_npu auto-loaded), the
 launcher's own import says so in one line, and nothing is forked."""
+PRELOADED = ("torch", "torch.distributed", "torch.multiprocessing", "npu_migrate.device", "npu_migrate.distributed",
+             "npu_migrate.launch.forkserver", "npu_migrate.launch.worker")
+"""What the preload imports (:func:`npu_migrate._torch_hook.import_held`): torch and what a worker uses
+first; this module registers the workers' cleanup at the fork server's exit."""
 
 
 def in_fork_server() -> bool:
@@ -97,13 +101,16 @@ def _short_socket_dir() -> None:
 def start_fork_server() -> str:
     """Start the fork server that preloads torch, before this process imports it; return the method."""
     method = os.environ.get("NPU_MIGRATE_START_METHOD", "forkserver")
-    if method == "forkserver" and "forkserver" in multiprocessing.get_all_start_methods():
+    if method in ("forkserver", "forkserver-fresh") and "forkserver" in multiprocessing.get_all_start_methods():
         from multiprocessing import forkserver
+
+        from npu_migrate.launch import forked_server
 
         _short_socket_dir()
         forkserver.set_forkserver_preload(PRELOAD)
-        forkserver.ensure_running()
-        quiet_torch_cpp_log()
+        if not forked_server.start(PRELOADED, kill_worker_groups):  # one import of torch for both, where it can
+            forkserver.ensure_running()
+            quiet_torch_cpp_log()
         return "forkserver"
     return "spawn"
 

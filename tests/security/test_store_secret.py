@@ -186,14 +186,17 @@ def test_a_secret_file_others_can_read_is_refused(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_the_secret_reaches_no_worker(tmp_path: Path) -> None:
     script = tmp_path / "env.py"
+    # What the rank's code sees, and what `ps e` shows of the rank and of its parent (the fork server).
     script.write_text("import os, sys\n"
+                      "proc = [open(f'/proc/{pid}/environ', 'rb').read() for pid in (os.getpid(), os.getppid())]\n"
                       "open(os.path.join(os.environ['OUT_DIR'], 'env' + os.environ['RANK']), 'w').write(\n"
-                      "    repr(dict(os.environ)) + repr(sys.argv))\n")
+                      "    repr(dict(os.environ)) + repr(sys.argv) + repr(proc))\n")
     secret = tmp_path / "secret"
     secret.write_text(SECRET)
     secret.chmod(0o600)
-    env = child_env(OUT_DIR=str(tmp_path), NPU_MIGRATE_JOB_SECRET=SECRET)
-    for flags in ([], ["--secret-file", str(secret)]):
+    by_env, by_file = {"NPU_MIGRATE_JOB_SECRET": SECRET}, ["--secret-file", str(secret)]
+    for flags, given in (([], by_env), (by_file, {}), (by_file, by_env)):
+        env = child_env(OUT_DIR=str(tmp_path), **given)
         result = subprocess.run([sys.executable, "-m", "npu_migrate.launch", *flags, "--device-num", "2", str(script)],
                                 env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert result.returncode == 0, result.stderr

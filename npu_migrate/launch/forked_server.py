@@ -1,0 +1,259 @@
+"""The launcher's fork server, forked from the launcher itself: one ``import torch`` per job, not two.
+
+Usage::
+
+    if not forked_server.start(PRELOADED, kill_worker_groups):   # before this process imports torch
+        forkserver.ensure_running()   # multiprocessing's usual start: a fresh interpreter
+
+multiprocessing starts its fork server as a new interpreter (``python -c "from
+multiprocessing.forkserver import main; main(...)"``) that imports the preload, torch included:
+2.5-4 s of CPU and a second copy of torch in memory on every launch, while the launcher imports
+torch too. Where this process is still in the state a new interpreter would start in, :func:`start`
+does both with one import:
+
+1. it imports here what :mod:`npu_migrate._preload` imports in a fork server (torch without
+   device extensions, the start-up hooks held: :func:`npu_migrate._torch_hook.import_held`);
+2. it lets multiprocessing start its fork server as usual, but the one call that would start the
+   interpreter forks this process instead; the child gives up what a new interpreter would not
+   have (file descriptors, Python signal handlers, exit handlers, the fault handler, the job
+   secret) and runs multiprocessing's own ``main`` with the arguments multiprocessing wrote for it;
+3. this process then loads the device extensions and runs the held hooks
+   (:func:`npu_migrate._torch_hook.resume`), as each worker does, and keeps torch's C++ warnings off
+   the launcher's console (:func:`quiet_loaded_cpp_log`).
+
+"Still in that state" means: Linux, one thread, torch not imported yet, and the environment it
+started with (``/proc/self/environ``), ``TORCH_DEVICE_BACKEND_AUTOLOAD`` aside (the preload sets
+it itself). Anything else keeps multiprocessing's new interpreter: an API caller that imported
+torch; ``--migrate`` or ``--probe``, which export their start-up hook for the fork server's start;
+a job secret given in ``NPU_MIGRATE_JOB_SECRET``, which the launcher takes out of the environment
+(a forked child's ``/proc/PID/environ``, what ``ps e`` shows, would still hold it); another Python
+whose fork server command this module cannot read; ``NPU_MIGRATE_START_METHOD=forkserver-fresh``.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+FRESH = "forkserver-fresh"
+"""``NPU_MIGRATE_START_METHOD``'s value that keeps multiprocessing's own fork server start."""
+_SET_BY_PRELOAD = frozenset({"TORCH_DEVICE_BACKEND_AUTOLOAD"})
+_CPP_LOG_ENV = "TORCH_CPP_LOG_LEVEL"
+_C10_ERROR = 2
+"""c10's level for ``TORCH_CPP_LOG_LEVEL=ERROR`` (INFO 0, WARNING 1, ERROR 2, FATAL 3)."""
+
+
+class _Unreadable(Exception):
+    """multiprocessing's fork server command is not the one this module knows how to run."""
+
+
+def _initial_environ() -> dict[str, str] | None:
+    """The environment this process started with (None where /proc cannot say)."""
+    try:
+        with open("/proc/self/environ", "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return None
+    return {os.fsdecode(key): os.fsdecode(value) for key, sep, value in
+            (item.partition(b"=") for item in raw.split(b"\0")) if sep}
+
+
+def _as_if_new() -> bool:
+    """Whether a child forked now would start like a new interpreter (the module docstring says when)."""
+    if not sys.platform.startswith("linux") or "torch" in sys.modules:
+        return False
+    if os.environ.get("NPU_MIGRATE_START_METHOD", "forkserver") != "forkserver":
+        return False
+    try:
+        if threading.active_count() != 1 or len(os.listdir("/proc/self/task")) != 1:
+            return False
+    except OSError:
+        return False
+    initial = _initial_environ()
+    if initial is None:
+        return False
+    # Removed variables count too: a forked child's /proc/PID/environ (what `ps e` shows) is still
+    # the block this process started with, so a job secret read from there would reach every worker.
+    return ({k: v for k, v in initial.items() if k not in _SET_BY_PRELOAD}
+            == {k: v for k, v in os.environ.items() if k not in _SET_BY_PRELOAD})
+
+
+def _server_call(args: list[str]) -> tuple[list[Any], dict[str, Any]]:
+    """The positional and keyword arguments of ``main(...)`` in multiprocessing's ``-c`` command.
+
+    Read with :func:`ast.literal_eval`, never executed; anything but ``from
+    multiprocessing.forkserver import main; main(<literals>, **<literal dict>)`` is refused.
+    """
+    try:
+        tree = ast.parse(args[args.index("-c") + 1])
+        imported, called = tree.body
+        call = called.value  # type: ignore[attr-defined]
+        if not (isinstance(imported, ast.ImportFrom) and imported.module == "multiprocessing.forkserver"
+                and [(a.name, a.asname) for a in imported.names] == [("main", None)]
+                and isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "main"):
+            raise _Unreadable(args)
+        positional = [ast.literal_eval(arg) for arg in call.args]
+        keywords: dict[str, Any] = {}
+        for keyword in call.keywords:
+            value = ast.literal_eval(keyword.value)
+            if keyword.arg is None:
+                if not isinstance(value, dict):
+                    raise _Unreadable(args)
+                keywords.update(value)
+            else:
+                keywords[keyword.arg] = value
+    except (ValueError, SyntaxError, TypeError, AttributeError, IndexError) as exc:
+        raise _Unreadable(args) from exc
+    return positional, keywords
+
+
+def _drop_what_a_new_interpreter_lacks(keep: set[int], at_exit: Callable[[], None]) -> None:
+    """In the forked child: undo what this launcher set up that a new interpreter would not have."""
+    import atexit
+    import faulthandler
+    from multiprocessing import resource_tracker, util
+
+    from npu_migrate.launch import authstore
+
+    for signum in signal.valid_signals():
+        try:
+            handler = signal.getsignal(signum)
+        except (OSError, ValueError):
+            continue
+        if callable(handler) and handler is not signal.default_int_handler:  # exec resets handled signals
+            signal.signal(signum, signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL)
+    signal.set_wakeup_fd(-1)
+    if not (os.environ.get("PYTHONFAULTHANDLER") or "faulthandler" in getattr(sys, "_xoptions", {})):
+        faulthandler.disable()
+    authstore.use_secret(None)  # read before the fork; the fork server and workers never held it
+    tracker = getattr(resource_tracker, "_resource_tracker", None)
+    for attr in ("_fd", "_pid"):  # the launcher's tracker; the workers get theirs from the launcher
+        if hasattr(tracker, attr):
+            setattr(tracker, attr, None)
+    atexit._clear()  # the launcher's own exit handlers stay the launcher's
+    atexit.register(util._exit_function)
+    atexit.register(at_exit)
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd > 2 and fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def _fork_server(args: list[str], passfds: list[int], at_exit: Callable[[], None]) -> int:
+    """Fork this process and run multiprocessing's fork server ``main`` in the child; return its pid."""
+    positional, keywords = _server_call(args)
+    from multiprocessing import forkserver
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1
+    try:
+        _drop_what_a_new_interpreter_lacks(set(passfds), at_exit)
+        forkserver.main(*positional, **keywords)
+        code = 0
+    except SystemExit as exc:  # main's way out: every launcher end of the alive pipe closed
+        code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    except BaseException:  # noqa: BLE001 - as a new interpreter would print it
+        sys.excepthook(*sys.exc_info())
+    finally:
+        try:
+            import atexit
+
+            atexit._run_exitfuncs()
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+    return 0  # not reached
+
+
+@contextmanager
+def _forking_spawn(at_exit: Callable[[], None]) -> Iterator[list[str]]:
+    """While inside: multiprocessing's ``spawnv_passfds`` forks this process for the fork server.
+
+    Yields a list that says ``"forked"`` once it did; where multiprocessing's command is not one
+    :func:`_server_call` reads, the call starts the new interpreter as usual.
+    """
+    from multiprocessing import util
+
+    spawn, done = util.spawnv_passfds, []
+
+    def fork_or_spawn(path: str, args: list[str], passfds: Any) -> int:
+        try:
+            pid = _fork_server(list(args), list(passfds), at_exit)
+        except _Unreadable:
+            return spawn(path, args, passfds)
+        done.append("forked")
+        return pid
+
+    util.spawnv_passfds = fork_or_spawn
+    try:
+        yield done
+    finally:
+        util.spawnv_passfds = spawn
+
+
+def quiet_loaded_cpp_log() -> None:
+    """Keep torch's C++ warnings (TCPStore's reverse look-ups...) off this launcher's console.
+
+    c10 reads ``TORCH_CPP_LOG_LEVEL`` once, when torch loads; here torch was loaded with the user's
+    setting, which the fork server and the workers keep. Unless the user set one, this process's
+    level becomes ERROR through c10's exported flag (``FLAGS_caffe2_log_level``, the variable the
+    setting is read into), and the variable too, for what this process starts later.
+    """
+    if _CPP_LOG_ENV in os.environ:
+        return
+    os.environ[_CPP_LOG_ENV] = "ERROR"
+    import ctypes
+
+    import torch
+
+    try:
+        c10 = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libc10.so"))
+        ctypes.c_int.in_dll(c10, "FLAGS_caffe2_log_level").value = _C10_ERROR
+    except (OSError, ValueError):  # another build of torch: its warnings stay visible
+        pass
+
+
+def start(preloaded: Sequence[str], at_exit: Callable[[], None]) -> bool:
+    """Start multiprocessing's fork server as a fork of this process, after one ``import torch``.
+
+    Args:
+        preloaded: what the fork server's preload imports, imported here instead.
+        at_exit: the fork server's exit handler (it replaces this process's own there).
+
+    Call with the fork server's preload set (:data:`npu_migrate.launch.forkserver.PRELOAD`) and
+    before this process imports torch. When the preload is imported again in the fork server,
+    it finds everything imported already. Returns False, having done nothing, where a forked child
+    would not start as a new interpreter does (the module docstring says when); True once the fork
+    server runs and this process has torch with its device extensions and hooks.
+
+    Raises:
+        Exception: what ``import torch`` raises here (the launcher explains it in one line); the
+            fork server is not started then.
+        RuntimeError: torch's "Failed to load the backend extension" after the fork server started.
+    """
+    if not _as_if_new():
+        return False
+    from multiprocessing import forkserver
+
+    from npu_migrate import _torch_hook
+
+    _torch_hook.import_held(preloaded)  # what the preload imports; an error here is the launcher's
+    with _forking_spawn(at_exit):
+        forkserver.ensure_running()
+    quiet_loaded_cpp_log()
+    _torch_hook.resume()
+    return True
