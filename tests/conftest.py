@@ -115,6 +115,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+_WEIGHTS = (("long", 8.0), ("slow", 1.0))
+"""Rough cost of a test by its mark, relative to a slow one; any other test counts 1/20."""
+
+
+class HeaviestFirst:
+    """Heaviest modules first, each module's tests in file order: ``--dist loadscope`` gives a worker
+    whole modules in this order, so the suite does not end with one worker on a long module while
+    the others sit idle (longest-first scheduling). Registered by :func:`pytest_configure`."""
+
+    @pytest.hookimpl(trylast=True)  # after -m: only the tests that will run count
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        weight: dict[str, float] = {}
+        for item in items:
+            cost = next((w for mark, w in _WEIGHTS if item.get_closest_marker(mark) is not None), 0.05)
+            module = item.nodeid.split("::")[0]
+            weight[module] = weight.get(module, 0.0) + cost
+        items.sort(key=lambda item: -weight[item.nodeid.split("::")[0]])  # stable: file order within a module
+
+
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto``: three workers for every two cores.
 
@@ -473,7 +492,9 @@ _hang_file = None
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """The controller picks the directory for the backstop's stack dumps; its workers inherit it."""
+    """Heaviest modules first (:class:`HeaviestFirst`); the controller picks the directory for the
+    backstop's stack dumps, and its workers inherit it."""
+    config.pluginmanager.register(HeaviestFirst(), "npu_migrate-heaviest-first")
     if not os.environ.get(_HANG_DIR_VAR):
         os.environ[_HANG_DIR_VAR] = tempfile.mkdtemp(prefix="npu_migrate-test-hangs-")
         config.add_cleanup(lambda: shutil.rmtree(os.environ.pop(_HANG_DIR_VAR), ignore_errors=True))
