@@ -41,6 +41,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+START_METHOD_ENV = "NPU_MIGRATE_START_METHOD"
 FRESH = "forkserver-fresh"
 """``NPU_MIGRATE_START_METHOD``'s value that keeps multiprocessing's own fork server start."""
 _SET_BY_PRELOAD = frozenset({"TORCH_DEVICE_BACKEND_AUTOLOAD"})
@@ -68,7 +69,7 @@ def _as_if_new() -> bool:
     """Whether a child forked now would start like a new interpreter (the module docstring says when)."""
     if not sys.platform.startswith("linux") or "torch" in sys.modules:
         return False
-    if os.environ.get("NPU_MIGRATE_START_METHOD", "forkserver") != "forkserver":
+    if os.environ.get(START_METHOD_ENV, "forkserver") != "forkserver":  # FRESH, or spawn
         return False
     try:
         if threading.active_count() != 1 or len(os.listdir("/proc/self/task")) != 1:

@@ -18,6 +18,8 @@ import os
 import signal
 import sys
 
+from npu_migrate.launch import forked_server
+
 PRELOAD = ["npu_migrate._preload"]
 """Imported once by the fork server; every worker forked from it starts with torch loaded. The
 module imports torch quietly: if torch cannot be imported (a broken torch_npu auto-loaded), the
@@ -100,11 +102,9 @@ def _short_socket_dir() -> None:
 
 def start_fork_server() -> str:
     """Start the fork server that preloads torch, before this process imports it; return the method."""
-    method = os.environ.get("NPU_MIGRATE_START_METHOD", "forkserver")
-    if method in ("forkserver", "forkserver-fresh") and "forkserver" in multiprocessing.get_all_start_methods():
+    method = os.environ.get(forked_server.START_METHOD_ENV, "forkserver")
+    if method in ("forkserver", forked_server.FRESH) and "forkserver" in multiprocessing.get_all_start_methods():
         from multiprocessing import forkserver
-
-        from npu_migrate.launch import forked_server
 
         _short_socket_dir()
         forkserver.set_forkserver_preload(PRELOAD)
