@@ -181,27 +181,25 @@ def _fork_server(args: list[str], passfds: list[int], at_exit: Callable[[], None
 
 
 @contextmanager
-def _forking_spawn(at_exit: Callable[[], None]) -> Iterator[list[str]]:
+def _forking_spawn(at_exit: Callable[[], None]) -> Iterator[None]:
     """While inside: multiprocessing's ``spawnv_passfds`` forks this process for the fork server.
 
-    Yields a list that says ``"forked"`` once it did; where multiprocessing's command is not one
-    :func:`_server_call` reads, the call starts the new interpreter as usual.
+    Where multiprocessing's command is not one :func:`_server_call` reads, the call starts the new
+    interpreter as usual.
     """
     from multiprocessing import util
 
-    spawn, done = util.spawnv_passfds, []
+    spawn = util.spawnv_passfds
 
     def fork_or_spawn(path: str, args: list[str], passfds: Any) -> int:
         try:
-            pid = _fork_server(list(args), list(passfds), at_exit)
+            return _fork_server(list(args), list(passfds), at_exit)
         except _Unreadable:
             return spawn(path, args, passfds)
-        done.append("forked")
-        return pid
 
     util.spawnv_passfds = fork_or_spawn
     try:
-        yield done
+        yield
     finally:
         util.spawnv_passfds = spawn
 

@@ -101,7 +101,9 @@ def _short_socket_dir() -> None:
 
 
 def start_fork_server() -> str:
-    """Start the fork server that preloads torch, before this process imports it; return the method."""
+    """Start the fork server that preloads torch; return the method. Call before this process imports
+    torch: where it can, this process imports torch here and forks itself into the fork server
+    (:mod:`.forked_server`), else multiprocessing starts the fork server as a new interpreter."""
     method = os.environ.get(forked_server.START_METHOD_ENV, "forkserver")
     if method in ("forkserver", forked_server.FRESH) and "forkserver" in multiprocessing.get_all_start_methods():
         from multiprocessing import forkserver
