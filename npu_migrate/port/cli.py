@@ -117,10 +117,10 @@ def _collect(paths: Sequence[str], out: Optional[Path]) -> list[tuple[Path, str,
     for given, root in roots:
         if out is not None and (out == root or root in out.parents):
             raise UsageError(f"--out {out} is inside the input {given}. Choose a directory outside the input tree.")
-        top = root.name + "/" if prefix_names else ""
-        if root.is_file():
-            files.append((root, given, top + root.name if prefix_names else root.name))
+        if root.is_file():  # a file keeps its name at the top of --out, alone or beside others
+            files.append((root, given, root.name))
             continue
+        top = root.name + "/" if prefix_names else ""
         for dirpath, dirnames, filenames in os.walk(root):  # does not follow links to directories: no loops
             dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
             for name in sorted(filenames):

@@ -229,3 +229,17 @@ def test_symlink_loops_and_dangling_links_get_one_line_each(tree: Path, tmp_path
     ]
     assert "Traceback" not in result.stderr
     assert "nm.device_type()" in (out / "train.py").read_text()
+
+
+def test_several_inputs_keep_their_names_at_the_top_of_out(tree: Path, tmp_path: Path, cli) -> None:
+    """Files stay files (``train.py utils.py --out p/`` gives ``p/train.py``, ``p/utils.py``, so a ported
+    script still imports its neighbour); a folder among them keeps its name as a folder."""
+    (tree / "pkg" / "broken.py").unlink()
+    (tree / "utils.py").write_text(CUDA)
+    out = tmp_path / "p"
+    result = cli("port", str(tree / "train.py"), str(tree / "utils.py"), str(tree / "pkg"), "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    got = _snapshot(out)
+    assert got["train.py"] == got["utils.py"] == PORTED.encode()
+    assert "pkg/model.py" in got and "pkg/data/config.yaml" in got, sorted(got)
+    assert not any(name.startswith(("train.py/", "utils.py/")) for name in got), sorted(got)
