@@ -41,10 +41,12 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from npu_migrate import autoload
+
 START_METHOD_ENV = "NPU_MIGRATE_START_METHOD"
 FRESH = "forkserver-fresh"
 """``NPU_MIGRATE_START_METHOD``'s value that keeps multiprocessing's own fork server start."""
-_SET_BY_PRELOAD = frozenset({"TORCH_DEVICE_BACKEND_AUTOLOAD"})
+_SET_BY_PRELOAD = frozenset({autoload.ENV_AUTOLOAD})
 _CPP_LOG_ENV = "TORCH_CPP_LOG_LEVEL"
 _C10_ERROR = 2
 """c10's level for ``TORCH_CPP_LOG_LEVEL=ERROR`` (INFO 0, WARNING 1, ERROR 2, FATAL 3)."""
