@@ -54,10 +54,11 @@ FLOORS: dict[str, frozenset[str]] = {
     "libs": BASE | DEVICE,             # CUDA-only libraries kept working: read by migrate's hook and port
     "data": BASE | DEVICE,             # storage and the dataset cache
     "port": BASE | {"libs"},           # the torch-free codemod: never the device layer
-    "compare": BASE | DEVICE,          # recording (probe.py) and the torch-free readers
+    "optim_steps": BASE,               # every optimizer step seen, whatever torch.compile did to torch's hooks
+    "compare": BASE | DEVICE | {"optim_steps"},  # recording (probe.py) and the torch-free readers
     "launch": BASE | DEVICE,           # the launcher: features plug into it, it imports none of them
     "migrate": BASE | DEVICE | {"libs", "launch", "compare"},  # runtime migration, `run` (--probe, whole lines)
-    "ops": BASE | DEVICE | {"releases", "migrate"},           # the operator audit runs under migration
+    "ops": BASE | DEVICE | {"releases", "migrate", "optim_steps"},           # the operator audit runs under migration
     "internals": frozenset(),          # the inventory of private names: reads the others as text only
 }
 

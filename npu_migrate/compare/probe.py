@@ -13,8 +13,9 @@ What records what (nothing of torch's math is wrapped, so ``from torch import re
 and ``torch.compile`` see torch's own functions):
 
 * a wrapper of ``torch.Tensor.backward`` keeps the scalar each backward pass starts from (the loss);
-* ``torch.optim.optimizer.register_optimizer_step_pre_hook`` takes the gradient norm and the
-  learning rate before each optimizer step, ``..._post_hook`` writes the step's record;
+* a watch on every optimizer's ``step`` (:mod:`npu_migrate.optim_steps`, not torch's own step
+  hooks, which torch 2.1 turns off for good at the first ``torch.compile``) takes the gradient norm
+  and the learning rate before each optimizer step and writes the step's record after it;
 * ``torch.nn.modules.module.register_module_forward_pre_hook`` / ``..._forward_hook`` take every
   module's inputs and outputs in training forwards (gradients enabled), and tensor hooks on them
   and on parameters take the backward gradients (``--probe-level modules``). The same pre-hook
@@ -46,7 +47,7 @@ from typing import Any
 
 import torch
 
-from npu_migrate import fileio, redact
+from npu_migrate import fileio, optim_steps, redact
 from npu_migrate.compare import records
 from npu_migrate.compare.module_hooks import ModuleHooks, wrapper_types
 from npu_migrate.compare.settings import ProbeError, ProbeSettings, StepRange, parse_ranks
@@ -136,11 +137,9 @@ class Probe(ModuleHooks):
             raise ProbeError(f"a probe is already recording to {_ACTIVE.settings.directory!r} in this process; "
                              "stop it first (one recording per process).")
         from torch.nn.modules import module as nn_module
-        from torch.optim import optimizer as optim_module
 
         self._handles = [
-            optim_module.register_optimizer_step_pre_hook(self._before_step),
-            optim_module.register_optimizer_step_post_hook(self._after_step),
+            optim_steps.watch(before=self._before_step, after=self._after_step),
             nn_module.register_module_forward_pre_hook(self._forward_pre),
         ]
         if self._modules_level:

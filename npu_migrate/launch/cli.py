@@ -24,7 +24,7 @@ from typing import Any
 
 from npu_migrate import autoload
 from npu_migrate.argparsing import OneLineParser, run_command
-from npu_migrate.launch import authstore, features
+from npu_migrate.launch import authstore, features, ports
 from npu_migrate.launch.config import CONTROL_PORT_OFFSET, DEFAULT_PORT, Target, make_config, world_table
 from npu_migrate.launch import hccl, ranktable, schedulers, signals
 from npu_migrate.launch.errors import LaunchUsageError, say
@@ -207,6 +207,7 @@ def _run(args: argparse.Namespace) -> int:
         features.discard(jobs)  # refused (or interrupted) before the job: no worker will use what they made
         raise
     if args.dry_run:
+        ports.release(cfg.port)  # nothing will serve it
         print(world_table(cfg, target))
         return 0
     notes = "".join(f", {note}" for note in (job.describe(cfg.device) for job in jobs) if note)

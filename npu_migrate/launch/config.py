@@ -24,7 +24,7 @@ import socket
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from npu_migrate.launch import cluster, hccl, ranktable, schedulers
+from npu_migrate.launch import cluster, hccl, ports, ranktable, schedulers
 from npu_migrate.launch.errors import LaunchError, LaunchUsageError
 from npu_migrate.launch.options import DEFAULT_JOIN_TIMEOUT, DEFAULT_NODE_TIMEOUT, LaunchOptions
 from npu_migrate.launch.output import OutputSettings
@@ -272,6 +272,7 @@ def _accelerators(spec: Any) -> int:
     return int(getattr(torch, spec.name).device_count())
 
 
+@ports.released_on_error
 def make_config(
     options: LaunchOptions | int | None = None,
     /,
@@ -300,6 +301,9 @@ def make_config(
         LaunchError: a port already in use.
         UnknownDeviceError, DeviceUnavailableError: from the device layer.
         TypeError: a keyword that is no launch option.
+
+    A port picked for a one-node job stays held (:mod:`.ports`) until the job's end calls
+    :func:`.ports.release`; a refused job holds none.
     """
     opts = LaunchOptions.build(options, **given)
     environ = dict(os.environ if environ is None else environ)

@@ -36,7 +36,7 @@ from enum import Enum
 from typing import Any
 
 from npu_migrate.errors import NpuMigrateError
-from npu_migrate.launch import hints, report, rundir, stores
+from npu_migrate.launch import hints, ports, report, rundir, stores
 from npu_migrate.launch.config import LaunchConfig, Target
 from npu_migrate.launch.errors import LaunchError, first_line, quiet_torch_elastic, say
 from npu_migrate.launch.failure import Failure, exit_signal, explain
@@ -385,3 +385,4 @@ def run_job(cfg: LaunchConfig, target: Target, start_method: str) -> int:
         # reader of our output (`| tee`, a CI log) would wait for it. Another launch in this
         # process starts a new one.
         stop_fork_server()
+        ports.release(cfg.port)  # a picked MASTER_PORT was held until now (:mod:`.ports`)

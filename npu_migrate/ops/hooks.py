@@ -8,9 +8,9 @@ Usage::
     for step in reversed(undo):        # in Recorder.__exit__
         step()
 
-* Global module forward hooks count the depth of forward calls (the ``forward`` phase); global
-  optimizer step hooks mark the ``optimizer step`` phase, count steps and end the script after
-  ``--steps`` (:class:`npu_migrate.ops.record.AuditDone`).
+* Global module forward hooks count the depth of forward calls (the ``forward`` phase); every
+  optimizer's ``step``, watched (:mod:`npu_migrate.optim_steps`), marks the ``optimizer step``
+  phase, counts steps and ends the script after ``--steps`` (:class:`npu_migrate.ops.record.AuditDone`).
 * ``torch.overrides.has_torch_function`` ignores function modes while recording (see
   :func:`has_torch_function`).
 * On the CPU target: ``Module.to``/``Module.cuda`` to a CUDA device put the module's parameters and
@@ -19,11 +19,11 @@ Usage::
 
 from __future__ import annotations
 
-import importlib
 from typing import Any, Callable
 
 import torch
 
+from npu_migrate import optim_steps
 from npu_migrate.migrate.mapping import map_device
 from npu_migrate.ops import meta
 
@@ -57,63 +57,24 @@ def has_torch_function(relevant_args: Any) -> bool:
     return False
 
 
-def _count_steps(recorder: Any, base: type, undo: list[Callable[[], None]]) -> None:
-    """Count optimizer steps by wrapping each optimizer class's ``step`` when its first instance is made.
+def _count_steps(recorder: Any, undo: list[Callable[[], None]]) -> None:
+    """Count optimizer steps (:mod:`npu_migrate.optim_steps`: torch's own step hooks stop firing after
+    a ``torch.compile`` on torch 2.1) and end the script after ``--steps``."""
 
-    Not torch's global step hooks: they run inside the profiling wrapper that ``Optimizer`` puts around
-    ``step``, and torch 2.1's dynamo removes that wrapper from every torch optimizer as soon as it is
-    imported ("disable future hooking"), so after any ``torch.compile`` in the process no hook fires.
-    The wrapper copies no ``__wrapped__`` or ``hooked`` attribute, so neither mechanism strips it. A
-    subclass's ``step`` calling its base's counts once (the outermost call).
-    """
-    original_init = base.__init__
-    replaced: dict[type, Any] = {}
+    def after(optimizer: Any, args: Any, kwargs: Any) -> None:
+        recorder.npu_nodes.clear()  # the step's backward is over
+        recorder.steps_done += 1
+        if recorder.steps is not None and recorder.steps_done >= recorder.steps:
+            raise AuditDone(f"ended after --steps {recorder.steps}")
 
-    def counted(step: Callable[..., Any]) -> Callable[..., Any]:
-        def step_counted(self: Any, *args: Any, **kwargs: Any) -> Any:
-            outermost = recorder.in_step == 0
-            recorder.in_step += 1
-            try:
-                result = step(self, *args, **kwargs)
-            finally:
-                recorder.in_step = max(0, recorder.in_step - 1)
-            if outermost:
-                recorder.npu_nodes.clear()  # the step's backward is over
-                recorder.steps_done += 1
-                if recorder.steps is not None and recorder.steps_done >= recorder.steps:
-                    raise AuditDone(f"ended after --steps {recorder.steps}")
-            return result
-
-        for name in ("__name__", "__qualname__", "__doc__", "__module__"):
-            setattr(step_counted, name, getattr(step, name, None))
-        step_counted._npu_migrate_ops_counted = True  # type: ignore[attr-defined]
-        return step_counted
-
-    def init(self: Any, *args: Any, **kwargs: Any) -> None:
-        original_init(self, *args, **kwargs)
-        cls = type(self)
-        if cls not in replaced and not getattr(cls.step, "_npu_migrate_ops_counted", False):
-            replaced[cls] = cls.__dict__.get("step")  # None: inherited, so deleting ours restores it
-            cls.step = counted(cls.step)
-
-    base.__init__ = init
-
-    def restore() -> None:
-        base.__init__ = original_init
-        for cls, step in replaced.items():
-            if step is None:
-                del cls.step
-            else:
-                cls.step = step
-
-    undo.append(restore)
+    recorder.step_watch = optim_steps.watch(after=after)
+    undo.append(recorder.step_watch.undo)
 
 
 def install(recorder: Any) -> list[Callable[[], None]]:
     """Hook ``recorder`` (a :class:`npu_migrate.ops.record.Recorder`) into torch; return what undoes it."""
     undo: list[Callable[[], None]] = []
     module = torch.nn.modules.module
-    optimizer = importlib.import_module("torch.optim.optimizer")
 
     def forward_pre(mod: Any, inputs: Any) -> None:
         recorder.forward_depth += 1
@@ -123,7 +84,7 @@ def install(recorder: Any) -> list[Callable[[], None]]:
 
     handles = [module.register_module_forward_pre_hook(forward_pre),
                module.register_module_forward_hook(forward_post, always_call=True)]
-    _count_steps(recorder, optimizer.Optimizer, undo)
+    _count_steps(recorder, undo)
     undo.extend(h.remove for h in handles)
     overrides = torch.overrides
     original = overrides.has_torch_function

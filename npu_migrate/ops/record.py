@@ -131,7 +131,7 @@ class Recorder:
         if self.fake:
             self.accelerator = "meta"
         self.forward_depth = 0
-        self.in_step = 0
+        self.step_watch: Any = None  # npu_migrate.optim_steps.StepWatch, while recording
         self._modes: list[Any] = []
         # Autograd nodes made beneath a composite the release registers: their backward is the NPU's
         # own too. Keyed by id, holding the node (nodes take no weak references); cleared each step.
@@ -162,7 +162,7 @@ class Recorder:
         autograd graph from ``inputs``: the loss too), else ``other``."""
         if torch._C._current_autograd_node() is not None:
             return "backward"
-        if self.in_step:
+        if self.step_watch is not None and self.step_watch.stepping():
             return "optimizer step"
         if self.forward_depth or (torch.is_grad_enabled() and any(t.requires_grad for t in inputs)):
             return "forward"

@@ -188,6 +188,16 @@ def test_filter_matching_nothing_warns_then_fails_the_job(tmp_path: Path) -> Non
 
 
 @pytest.mark.slow
+@pytest.mark.every_torch  # torch 2.1's torch.compile turns torch's own optimizer step hooks off for good
+def test_a_script_that_compiles_is_recorded_step_by_step(tmp_path: Path) -> None:
+    result = launch(tmp_path, "--probe", str(tmp_path / "p"), script_args=("--steps", "3", "--compile-a-function"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    for rank in (0, 1):
+        rec = read_rank_file(str(tmp_path / "p" / f"rank{rank}.jsonl"), rank)
+        assert sorted(rec.steps) == [1, 2, 3] and rec.end is not None
+
+
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(torch._C, "TensorBase"),
                     reason="npu-migrate run's runtime migration reads torch._C.TensorBase, which torch 2.1 names "
                            "torch._C._TensorBase (npu_migrate/migrate/__init__.py, not the probe)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -11,9 +12,9 @@ import pytest
 from conftest import FAKE_NPU, ROOT, child_env, free_port
 from support import HANG_GUARD_S, JOB, Launch, one_line_errors
 
-from npu_migrate.launch import hccl
-from npu_migrate.launch.config import pick_free_port
-from npu_migrate.launch.errors import LaunchError
+from npu_migrate.launch import hccl, ports, stores
+from npu_migrate.launch.config import make_config, pick_free_port
+from npu_migrate.launch.errors import LaunchError, LaunchUsageError
 
 
 def test_hccl_host_ports_by_default_and_as_the_user_moves_them() -> None:
@@ -35,12 +36,48 @@ def test_unreadable_hccl_port_settings_are_refused(env: dict, message: str) -> N
         hccl.host_ports(env)
 
 
+NOTHING = hccl.PortRange((), "HCCL_HOST_SOCKET_PORT_RANGE", "auto")
+
+
 def test_ports_the_launcher_picks_are_never_in_hccls_range() -> None:
-    nothing = hccl.PortRange((), "HCCL_HOST_SOCKET_PORT_RANGE", "auto")
-    assert 1 <= pick_free_port(nothing) <= 65535
+    port = pick_free_port(NOTHING)
+    ports.release(port)
+    assert 1 <= port <= 65535
     everything = hccl.PortRange(((1, 65535),), "HCCL_HOST_SOCKET_PORT_RANGE", "HCCL_HOST_SOCKET_PORT_RANGE=1-65535")
+    held = ports.held()
     with pytest.raises(LaunchError, match="the OS offered only ports inside HCCL's range 1-65535"):
         pick_free_port(everything)
+    assert ports.held() == held
+
+
+def test_a_picked_port_is_the_jobs_until_it_ends() -> None:
+    """Between the pick and the ranks' store, no other socket on the host can take the port.
+
+    (Neither can the kernel's own choices, ``bind(0)`` and outgoing connections, which skip a bound
+    port: not something a test can force.)"""
+    port = pick_free_port(NOTHING)
+    try:
+        assert port in ports.held()
+        with socket.socket() as other, pytest.raises(OSError, match="Address already in use"):
+            other.bind(("127.0.0.1", port))
+        server = stores.serve("127.0.0.1", port, 30)  # the launcher's own store listens there
+        worker = stores.client("127.0.0.1", port, 30)
+        worker.set("rank0", "ready")
+        assert server.get("rank0") == b"ready"
+        del worker, server
+    finally:
+        ports.release(port)
+    assert port not in ports.held()
+    with socket.socket() as after:
+        after.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        after.bind(("127.0.0.1", port))
+
+
+def test_a_refused_job_holds_no_port() -> None:
+    held = ports.held()
+    with pytest.raises(LaunchUsageError, match="is more than"):
+        make_config(nproc=100_000, device="cpu", environ={})
+    assert ports.held() == held
 
 
 def dry_run(*args: str, npu: bool = True, **env: str) -> subprocess.CompletedProcess:

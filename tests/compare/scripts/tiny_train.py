@@ -5,6 +5,7 @@ Usage::
     python -m npu_migrate.launch --device-num 2 --probe DIR tiny_train.py --steps 4
     ... tiny_train.py --steps 6 --kill-at 4      # rank 1 kills itself (SIGKILL) in step 4
     ... tiny_train.py --nan-at 3                 # the input of step 3 holds a NaN
+    ... tiny_train.py --compile-a-function       # torch.compile(fn) first, as a script that compiles
 """
 
 import argparse
@@ -34,7 +35,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--kill-at", type=int, default=0)
     parser.add_argument("--nan-at", type=int, default=0)
+    parser.add_argument("--compile-a-function", action="store_true")
     args = parser.parse_args()
+    if args.compile_a_function:  # never called: on torch 2.1 making it turns torch's step hooks off
+        torch.compile(lambda t: t * 2)
     info = nm.init_distributed()
     nm.seed_everything(0)
     model = DDP(TinyNet().to(info.device), device_ids=info.device_ids)
