@@ -58,7 +58,7 @@ FLOORS: dict[str, frozenset[str]] = {
     "compare": BASE | DEVICE | {"optim_steps"},  # recording (probe.py) and the torch-free readers
     "launch": BASE | DEVICE,           # the launcher: features plug into it, it imports none of them
     "migrate": BASE | DEVICE | {"libs", "launch", "compare"},  # runtime migration, `run` (--probe, whole lines)
-    "ops": BASE | DEVICE | {"releases", "migrate", "optim_steps"},           # the operator audit runs under migration
+    "ops": BASE | DEVICE | {"releases", "migrate", "launch", "optim_steps"},           # the operator audit runs under migration
     "internals": frozenset(),          # the inventory of private names: reads the others as text only
 }
 

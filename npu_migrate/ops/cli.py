@@ -22,7 +22,6 @@ import argparse
 import contextlib
 import os
 import signal
-import socket
 import sys
 import time
 from typing import Any, Iterator
@@ -71,21 +70,24 @@ def build_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     return parser
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @contextlib.contextmanager
 def one_rank() -> Iterator[None]:
     """torchrun's variables with one-rank defaults, and ``mp.spawn`` running rank 0 in this process."""
     import torch.multiprocessing as mp
 
+    from npu_migrate.launch import hccl, ports  # torch-free
+
     saved = {k: os.environ.get(k) for k in (*_ONE_RANK, "MASTER_PORT")}
     for key, value in _ONE_RANK.items():
         os.environ.setdefault(key, value)
-    os.environ.setdefault("MASTER_PORT", str(_free_port()))
+    picked = None
+    if not os.environ.get("MASTER_PORT"):  # held until the audit ends, as the launcher holds its own
+        try:
+            avoid = hccl.host_ports(dict(os.environ))
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        picked = ports.pick_free_port(avoid)
+        os.environ["MASTER_PORT"] = str(picked)
 
     def spawn(fn: Any, args: tuple = (), nprocs: int = 1, join: bool = True, daemon: bool = False,
               start_method: str = "spawn", **kwargs: Any) -> None:
@@ -99,6 +101,8 @@ def one_rank() -> Iterator[None]:
     finally:
         for name, value in originals.items():
             setattr(mp, name, value)
+        if picked is not None:
+            ports.release(picked)
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)

@@ -8,6 +8,7 @@ Each audit runs in this process through ``npu_migrate.cli.main``, as the console
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 from pathlib import Path
@@ -97,6 +98,22 @@ def test_mp_spawn_ddp_script_runs_as_one_rank(tmp_path: Path, release: str) -> N
     assert code == 0 and data["steps"] == 2
     assert (tmp_path / "ranks").read_text() == "0/1\n"  # the script wrote rank/world
     assert not ops_named(data, "aten::special_entr")
+
+
+def test_the_one_ranks_port_is_held_while_the_script_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Picked, not taken by another connection before the script's rank 0 serves it, then given back."""
+    from npu_migrate.launch import ports
+    from npu_migrate.ops.cli import one_rank
+
+    monkeypatch.delenv("MASTER_PORT", raising=False)
+    with one_rank():
+        port = int(os.environ["MASTER_PORT"])
+        assert port in ports.held()
+    assert port not in ports.held() and "MASTER_PORT" not in os.environ
+    monkeypatch.setenv("MASTER_PORT", "29999")  # the user's own is kept, and nothing is held
+    held = ports.held()
+    with one_rank():
+        assert os.environ["MASTER_PORT"] == "29999" and ports.held() == held
 
 
 def test_cuda_only_imports_are_listed(tmp_path: Path, release: str, capsys: pytest.CaptureFixture,
