@@ -78,8 +78,6 @@ def one_rank() -> Iterator[None]:
     from npu_migrate.launch import hccl, ports  # torch-free
 
     saved = {k: os.environ.get(k) for k in (*_ONE_RANK, "MASTER_PORT")}
-    for key, value in _ONE_RANK.items():
-        os.environ.setdefault(key, value)
     picked = None
     if not os.environ.get("MASTER_PORT"):  # held until the audit ends, as the launcher holds its own
         try:
@@ -88,6 +86,8 @@ def one_rank() -> Iterator[None]:
             raise UsageError(str(exc)) from None
         picked = ports.pick_free_port(avoid)
         os.environ["MASTER_PORT"] = str(picked)
+    for key, value in _ONE_RANK.items():
+        os.environ.setdefault(key, value)
 
     def spawn(fn: Any, args: tuple = (), nprocs: int = 1, join: bool = True, daemon: bool = False,
               start_method: str = "spawn", **kwargs: Any) -> None:
