@@ -274,6 +274,22 @@ def free_port() -> int:
     raise RuntimeError(f"no free pair of ports in {_PORT_POOL}")
 
 
+def child_threads() -> int:
+    """The intra-op threads a test's child process gets: its worker's share of the cores.
+
+    The suite runs several workers at once (three per two cores, ``pytest_xdist_auto_num_workers``),
+    and each may start a launcher whose ranks would each take ``cores // ranks`` threads, as a job
+    that has the host to itself should. Side by side on a 16-core host with 14 workers that is
+    hundreds of OpenMP threads against 16 cores (here, 8 threads a rank on 2 cores made an MNIST
+    job 1.7 times as long as 1 thread), so a child's OMP_NUM_THREADS says how many cores its test
+    has. A value the user exported for the
+    run wins; tests of the launcher's own default drop it (``env_drop``).
+    """
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    workers = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1))
+    return max(1, cores // workers)
+
+
 def child_env(*paths: Path, real_devices: bool = False, **extra: str) -> dict[str, str]:
     """The environment of a child process: ours, with ``paths`` first on PYTHONPATH.
 
@@ -292,6 +308,7 @@ def child_env(*paths: Path, real_devices: bool = False, **extra: str) -> dict[st
         pythonpath.append(env["PYTHONPATH"])
     env["PYTHONPATH"] = os.pathsep.join(pythonpath)
     env["GLOO_SOCKET_IFNAME"] = "lo"
+    env.setdefault("OMP_NUM_THREADS", str(child_threads()))
     env.update(extra)
     if not env["NPU_MIGRATE_DEVICE"]:
         del env["NPU_MIGRATE_DEVICE"]

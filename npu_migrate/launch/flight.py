@@ -32,12 +32,14 @@ its construction check through ``dist._verify_params_across_processes``: C++ fun
 like the collectives and recorded as ``broadcast_coalesced`` and ``verify_params``.
 
 **Waits on asynchronous collectives.** FSDP2 issues its all-gathers and reduce-scatters with
-``async_op=True`` (``all_gather_single``, ``reduce_scatter_single``) and waits on the returned
+``async_op=True`` (``all_gather_single`` from torch 2.14, ``all_gather_into_tensor`` before it;
+``reduce_scatter_single`` or ``reduce_scatter_tensor``) and waits on the returned
 ``Work`` later, from another place: a rank blocked there is in the collective although the call
 returned long before. The call is recorded (entered and ended, as any), the Work it returned is
 remembered (the last :data:`PENDING_WORKS`), and ``Work.wait()`` on it records the same
 collective again, with the same op and sequence number, for as long as the wait lasts. A stuck
-FSDP2 job therefore shows the ranks waiting in ``all_gather_single #N`` and names the rank that
+FSDP2 job therefore shows the ranks waiting in ``all_gather_single #N`` (or
+``all_gather_into_tensor #N``) and names the rank that
 never issued it.
 
 The record itself (its file, layout and reader) is :mod:`npu_migrate.launch.flight_record`'s,
