@@ -510,8 +510,13 @@ _hang_file = None
 
 def pytest_configure(config: pytest.Config) -> None:
     """Heaviest modules first (:class:`HeaviestFirst`); the controller picks the directory for the
-    backstop's stack dumps, and its workers inherit it."""
+    backstop's stack dumps, and its workers inherit it; the controller's stall guard
+    (tests/stall_guard.py) ends a run whose workers stop reporting."""
     config.pluginmanager.register(HeaviestFirst(), "npu_migrate-heaviest-first")
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        from stall_guard import StallGuard
+
+        config.pluginmanager.register(StallGuard(config, HANG_BACKSTOP_S), "npu_migrate-stall-guard")
     if not os.environ.get(_HANG_DIR_VAR):
         os.environ[_HANG_DIR_VAR] = tempfile.mkdtemp(prefix="npu_migrate-test-hangs-")
         config.add_cleanup(lambda: shutil.rmtree(os.environ.pop(_HANG_DIR_VAR), ignore_errors=True))
@@ -525,7 +530,11 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
         name = os.environ.get("PYTEST_XDIST_WORKER", "main")
         _hang_file = open(Path(os.environ[_HANG_DIR_VAR], f"{name}-{os.getpid()}.txt"), "w")  # noqa: SIM115
     mark = item.get_closest_marker("timeout")
-    limit = float(mark.args[0]) if mark and mark.args else float(item.config.getini("timeout") or 300)
+    try:
+        ini = float(item.config.getini("timeout") or 300)
+    except ValueError:  # pytest-timeout not loaded (-p no:timeout): its ini key is unknown
+        ini = 300.0
+    limit = float(mark.args[0]) if mark and mark.args else ini
     _hang_file.seek(0)
     _hang_file.truncate()
     _hang_file.write(f"{item.nodeid} did not end within {limit + HANG_BACKSTOP_S:g} s; every thread of its worker:\n")

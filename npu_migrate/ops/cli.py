@@ -110,8 +110,8 @@ def one_rank() -> Iterator[None]:
                 os.environ[key] = value
 
 
-IMPORT_GRACE_S = 0.05
-"""How long ``--seconds`` waits again when it expires inside an import (it never stops one)."""
+REFIRE_S = 0.05
+"""Once ``--seconds`` has expired, how often it fires again until the script has stopped."""
 
 
 def _importing(frame: Any) -> bool:
@@ -123,29 +123,49 @@ def _importing(frame: Any) -> bool:
     return False
 
 
+def _inside(frame: Any, code: Any) -> bool:
+    """Whether a frame running ``code`` is on ``frame``'s stack."""
+    while frame is not None:
+        if frame.f_code is code:
+            return True
+        frame = frame.f_back
+    return False
+
+
 @contextlib.contextmanager
-def time_limit(seconds: float | None) -> Iterator[None]:
+def time_limit(seconds: float | None, within: Any = None) -> Iterator[None]:
     """Raise AuditDone into the script after ``seconds`` (main thread only, like SIGALRM).
 
-    Expiring inside an import, it waits for the import to end (:data:`IMPORT_GRACE_S` at a time).
-    The caller's SIGALRM handler comes back afterwards, and a timer it had armed runs on with the
-    time it had left (held while the audit runs: one process has one real-time timer).
+    Python runs a signal handler wherever the main thread is, and an exception raised inside a
+    weakref callback, a ``__del__`` or a garbage-collector callback is printed and dropped (torch
+    frees tensors through such callbacks all the time: an audit of a ``while True`` loop once ran
+    on for good). So once expired, the limit fires again every :data:`REFIRE_S` until the script
+    has stopped, and such a dropped AuditDone is not printed. A firing does nothing inside an
+    import (a module stopped half-way keeps what it registered, torch's operators, and fails the
+    next import of it) or, with ``within`` (a function), where no call of ``within`` is on the stack:
+    the script has already stopped and its runner is handling that. The caller's SIGALRM handler
+    comes back afterwards, and a timer it had armed runs on with the time it had left (held while
+    the audit runs: one process has one real-time timer).
     """
     from npu_migrate.ops.record import AuditDone
 
     if not seconds:
         yield
         return
+    code = getattr(within, "__code__", None)
 
     def expired(signum: int, frame: Any) -> None:
-        if _importing(frame):
-            # Stopped half-way, a module stays half-initialised with what it registered (torch's
-            # operators): the next import of it fails. Let the import finish, then stop.
-            signal.setitimer(signal.ITIMER_REAL, IMPORT_GRACE_S)
-            return
+        signal.setitimer(signal.ITIMER_REAL, REFIRE_S, REFIRE_S)  # again, until the limit is left
+        if _importing(frame) or (code is not None and not _inside(frame, code)):
+            return  # the next firing decides
         raise AuditDone(f"--seconds {seconds:g} reached")
 
+    def unraisable(args: Any) -> None:
+        if not isinstance(args.exc_value, AuditDone):  # a dropped firing: fired again, not printed
+            previous_hook(args)
+
     previous = signal.signal(signal.SIGALRM, expired)
+    previous_hook, sys.unraisablehook = sys.unraisablehook, unraisable
     started = time.monotonic()
     outer_delay, outer_interval = signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
@@ -153,6 +173,7 @@ def time_limit(seconds: float | None) -> Iterator[None]:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+        sys.unraisablehook = previous_hook
         if outer_delay or outer_interval:
             # A timer the caller had armed (pytest-timeout's, a harness's) runs on where it was; one
             # due while the audit ran fires now, with its handler back.
@@ -192,7 +213,7 @@ def audit(args: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
         migrate.install(device="cpu", device_count=1, propagate=True)
         try:
             recorder = Recorder(Judge(operators), steps=args.steps, fake=args.meta)
-            with Watch() as watch, recorder, time_limit(args.seconds):
+            with Watch() as watch, recorder, time_limit(args.seconds, within=run_script):
                 try:
                     run_script(args.script, args.script_args, module=args.module)
                 except AuditDone as exc:
