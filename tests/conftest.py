@@ -290,6 +290,11 @@ def child_threads() -> int:
     return max(1, cores // workers)
 
 
+# The tests' own computations take the same share, so what a test computes here (a reference
+# training run) sums in the same order as what its child processes compute: equal to the bit.
+torch.set_num_threads(child_threads())
+
+
 def child_env(*paths: Path, real_devices: bool = False, **extra: str) -> dict[str, str]:
     """The environment of a child process: ours, with ``paths`` first on PYTHONPATH.
 

@@ -161,8 +161,9 @@ def time_limit(seconds: float | None, within: Any = None) -> Iterator[None]:
         raise AuditDone(f"--seconds {seconds:g} reached")
 
     def unraisable(args: Any) -> None:
-        if not isinstance(args.exc_value, AuditDone):  # a dropped firing: fired again, not printed
-            previous_hook(args)
+        if isinstance(args.exc_value, AuditDone):
+            return  # a dropped firing: it fires again, so nothing to tell the user
+        previous_hook(args)
 
     previous = signal.signal(signal.SIGALRM, expired)
     previous_hook, sys.unraisablehook = sys.unraisablehook, unraisable
