@@ -285,6 +285,9 @@ def child_threads() -> int:
     has. A value the user exported for the
     run wins; tests of the launcher's own default drop it (``env_drop``).
     """
+    exported = os.environ.get("OMP_NUM_THREADS", "")
+    if exported.isdigit() and int(exported) > 0:
+        return int(exported)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     workers = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1))
     return max(1, cores // workers)
