@@ -282,8 +282,7 @@ def child_threads() -> int:
     that has the host to itself should. Side by side on a 16-core host with 14 workers that is
     hundreds of OpenMP threads against 16 cores (here, 8 threads a rank on 2 cores made an MNIST
     job 1.7 times as long as 1 thread), so a child's OMP_NUM_THREADS says how many cores its test
-    has. A value the user exported for the
-    run wins; tests of the launcher's own default drop it (``env_drop``).
+    has. A value the run exports wins; tests of the launcher's own default drop it (``env_drop``).
     """
     exported = os.environ.get("OMP_NUM_THREADS", "")
     if exported.isdigit() and int(exported) > 0:
