@@ -40,6 +40,7 @@ os.environ.update(HIDDEN_DEVICES)  # before torch is imported here, and before a
 import torch  # noqa: E402
 
 from npu_migrate import device as _device  # noqa: E402
+from npu_migrate.launch.cluster import node_cores  # noqa: E402 - the cores the launcher shares out, as it counts them
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -144,8 +145,7 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, (3 * cores + 1) // 2)
+    return max(1, (3 * node_cores() + 1) // 2)
 
 
 def _cpu_autocast(enable: bool | None = None) -> bool:
@@ -287,9 +287,8 @@ def child_threads() -> int:
     exported = os.environ.get("OMP_NUM_THREADS", "")
     if exported.isdigit() and int(exported) > 0:
         return int(exported)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     workers = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1))
-    return max(1, cores // workers)
+    return max(1, node_cores() // workers)
 
 
 # The tests' own computations take the same share, so what a test computes here (a reference

@@ -24,7 +24,7 @@ import os
 import signal
 import sys
 import time
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from npu_migrate.argparsing import OneLineParser
 from npu_migrate.errors import InputError, UsageError
@@ -114,22 +114,18 @@ REFIRE_S = 0.05
 """Once ``--seconds`` has expired, how often it fires again until the script has stopped."""
 
 
+def _on_stack(frame: Any, matches: Callable[[Any], bool]) -> bool:
+    """Whether the code of a frame on ``frame``'s stack ``matches``."""
+    while frame is not None:
+        if matches(frame.f_code):
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _importing(frame: Any) -> bool:
     """Whether ``frame`` runs inside an import: a frame of importlib's bootstrap is on the stack."""
-    while frame is not None:
-        if frame.f_code.co_filename.startswith("<frozen importlib."):
-            return True
-        frame = frame.f_back
-    return False
-
-
-def _inside(frame: Any, code: Any) -> bool:
-    """Whether a frame running ``code`` is on ``frame``'s stack."""
-    while frame is not None:
-        if frame.f_code is code:
-            return True
-        frame = frame.f_back
-    return False
+    return _on_stack(frame, lambda code: code.co_filename.startswith("<frozen importlib."))
 
 
 @contextlib.contextmanager
@@ -156,7 +152,7 @@ def time_limit(seconds: float | None, within: Any = None) -> Iterator[None]:
 
     def expired(signum: int, frame: Any) -> None:
         signal.setitimer(signal.ITIMER_REAL, REFIRE_S, REFIRE_S)  # again, until the limit is left
-        if _importing(frame) or (code is not None and not _inside(frame, code)):
+        if _importing(frame) or (code is not None and not _on_stack(frame, lambda running: running is code)):
             return  # the next firing decides
         raise AuditDone(f"--seconds {seconds:g} reached")
 
