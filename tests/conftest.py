@@ -491,13 +491,41 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
     A record that survives a suite cut short (pytest's ``--durations`` prints only at the end), for
     finding where the suite's time goes. Columns: seconds, phase, outcome, test, the time it ended
-    (Unix seconds) and the xdist worker that ran it (what shows the workers' idle time).
+    (Unix seconds), the xdist worker that ran it (what shows the workers' idle time) and, on the
+    teardown line, the whole test's CPU seconds (:data:`_CPU_PROPERTY`).
     """
     target = os.environ.get("NPU_MIGRATE_TEST_TIMES")
     if target and not os.environ.get("PYTEST_XDIST_WORKER"):  # xdist's workers hand their reports to the controller
         worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "-")
+        cpu = dict(report.user_properties).get(_CPU_PROPERTY, "") if report.when == "teardown" else ""
         with open(target, "a") as fh:
-            fh.write(f"{report.duration:.2f}\t{report.when}\t{report.outcome}\t{report.nodeid}\t{time.time():.1f}\t{worker}\n")
+            fh.write(f"{report.duration:.2f}\t{report.when}\t{report.outcome}\t{report.nodeid}\t{time.time():.1f}"
+                     f"\t{worker}\t{cpu}\n")
+
+
+_CPU_PROPERTY = "cpu_s"
+"""The CPU seconds a whole test used (set-up to teardown): its worker's own, plus those of every
+process it started and waited for, theirs included (``RUSAGE_CHILDREN``). The seventh column of
+``NPU_MIGRATE_TEST_TIMES``, on the teardown line: on 2 cores the suite is CPU-bound, so this, not
+the wall time a loaded machine stretches, says what a test costs."""
+_CPU_START = pytest.StashKey[float]()
+
+
+def _cpu_now() -> float:
+    import resource
+
+    return sum(u.ru_utime + u.ru_stime for u in (resource.getrusage(resource.RUSAGE_SELF),
+                                                  resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> None:
+    """Put a test's CPU seconds (:data:`_CPU_PROPERTY`) on its teardown report, when times are recorded."""
+    if not os.environ.get("NPU_MIGRATE_TEST_TIMES"):
+        return
+    if call.when == "teardown" and _CPU_START in item.stash:
+        item.user_properties.append((_CPU_PROPERTY, f"{_cpu_now() - item.stash[_CPU_START]:.2f}"))
+
 
 
 HANG_BACKSTOP_S = float(os.environ.get("NPU_MIGRATE_TEST_HANG_BACKSTOP_S", "150"))
@@ -530,8 +558,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
-    """Arm the backstop (HANG_BACKSTOP_S) for the whole of one test: set-up, call and teardown."""
+    """Arm the backstop (HANG_BACKSTOP_S) for the whole of one test: set-up, call and teardown; note
+    the CPU time it starts at, when times are recorded (:data:`_CPU_PROPERTY`)."""
     global _hang_file
+    if os.environ.get("NPU_MIGRATE_TEST_TIMES"):
+        item.stash[_CPU_START] = _cpu_now()
     if _hang_file is None:
         name = os.environ.get("PYTEST_XDIST_WORKER", "main")
         _hang_file = open(Path(os.environ[_HANG_DIR_VAR], f"{name}-{os.getpid()}.txt"), "w")  # noqa: SIM115
