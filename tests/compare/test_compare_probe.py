@@ -198,9 +198,6 @@ def test_a_script_that_compiles_is_recorded_step_by_step(tmp_path: Path) -> None
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not hasattr(torch._C, "TensorBase"),
-                    reason="npu-migrate run's runtime migration reads torch._C.TensorBase, which torch 2.1 names "
-                           "torch._C._TensorBase (npu_migrate/migrate/__init__.py, not the probe)")
 def test_npu_migrate_run_records_a_plain_process(tmp_path: Path) -> None:
     result = run_cli("run", "--device", "cpu", "--probe", str(tmp_path / "p"), str(TINY), "--steps", "2")
     assert result.returncode == 0, result.stderr[-3000:]
