@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -34,7 +35,8 @@ class Launch:
     """One `python -m npu_migrate.launch ...` process, as a user would start it (optionally in a netns)."""
 
     def __init__(self, tmp: Path, *args: str, name: str = "launch", paths: tuple = (), netns: str | None = None,
-                 env_drop: tuple[str, ...] = (), sigint_ignored: bool = False, **env: str) -> None:
+                 env_drop: tuple[str, ...] = (), sigint_ignored: bool = False, python: str = sys.executable,
+                 **env: str) -> None:
         self.out = tmp
         self.name = name
         self.stdout = tmp / f"{name}.out"
@@ -45,7 +47,7 @@ class Launch:
         prefix = ["ip", "netns", "exec", netns] if netns else []
         with self.stdout.open("w") as out, self.stderr.open("w") as err:
             self.proc = subprocess.Popen(
-                [*prefix, sys.executable, "-m", "npu_migrate.launch", *args],
+                [*prefix, python, "-m", "npu_migrate.launch", *args],
                 env=environ, cwd=ROOT, stdout=out, stderr=err,
                 # As a background job of a non-interactive shell (`cmd &` in a script) starts it.
                 preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None,
@@ -119,10 +121,11 @@ def one_line_errors(text: str) -> None:
 
 
 def launcher(tmp: Path, rank: int, port: int, *extra: str, nnodes: str = "2", nproc: str = "1",
-             job: tuple[str, ...] = (), name: str | None = None) -> Launch:
+             job: tuple[str, ...] = (), name: str | None = None, join_timeout: str = "300", **launch: Any) -> Launch:
+    """Node ``rank`` of a job on loopback; ``launch``: :class:`Launch`'s own options (paths, python, env)."""
     args = ["--nnodes", nnodes, "--node-rank", str(rank), "--device-num", nproc, "--addr", "127.0.0.1",
-            "--port", str(port), "--join-timeout", "300", "--node-timeout", "10", *extra, str(JOB), *job]
-    return Launch(tmp, *args, name=name or f"node{rank}")
+            "--port", str(port), "--join-timeout", join_timeout, "--node-timeout", "10", *extra, str(JOB), *job]
+    return Launch(tmp, *args, name=name or f"node{rank}", **launch)
 
 
 def rank_block(err: str, rank: int) -> str:

@@ -42,12 +42,13 @@ from contextlib import contextmanager
 from typing import Any
 
 from npu_migrate import autoload
+from npu_migrate.launch import cpplog
 
 START_METHOD_ENV = "NPU_MIGRATE_START_METHOD"
 FRESH = "forkserver-fresh"
 """``NPU_MIGRATE_START_METHOD``'s value that keeps multiprocessing's own fork server start."""
 _SET_BY_PRELOAD = frozenset({autoload.ENV_AUTOLOAD})
-_CPP_LOG_ENV = "TORCH_CPP_LOG_LEVEL"
+_CPP_LOG_ENV = cpplog.ENV
 _C10_ERROR = 2
 """c10's level for ``TORCH_CPP_LOG_LEVEL=ERROR`` (INFO 0, WARNING 1, ERROR 2, FATAL 3)."""
 
@@ -217,15 +218,7 @@ def quiet_loaded_cpp_log() -> None:
     if _CPP_LOG_ENV in os.environ:
         return
     os.environ[_CPP_LOG_ENV] = "ERROR"
-    import ctypes
-
-    import torch
-
-    try:
-        c10 = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libc10.so"))
-        ctypes.c_int.in_dll(c10, "FLAGS_caffe2_log_level").value = _C10_ERROR
-    except (OSError, ValueError):  # another build of torch: its warnings stay visible
-        pass
+    cpplog.set_level(_C10_ERROR)
 
 
 def start(preloaded: Sequence[str], at_exit: Callable[[], None]) -> bool:

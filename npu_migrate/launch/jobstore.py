@@ -31,7 +31,7 @@ import time
 import uuid
 from typing import Any, Callable, Sequence, TypeVar
 
-from npu_migrate.launch import authstore, cluster, storewait, stores, timing
+from npu_migrate.launch import authstore, cluster, cpplog, software, storewait, stores, timing
 from npu_migrate.launch.config import CONTROL_PORT_OFFSET, LaunchConfig
 from npu_migrate.launch.errors import LaunchError, first_line
 from npu_migrate.launch.records import JobEvent
@@ -99,9 +99,13 @@ class JobStore:
         """
         cfg = self.cfg
         master = cfg.node_rank == 0
+        cpplog.quiet_launcher()  # a failed connect is reported below, in one line, not as C++ frames
+        # Where node 0 listens already, its store answers this torch's client at once, or never.
+        first = min(cfg.join_timeout, timing.STORE_ANSWER_S) if not master and self._answers() else cfg.join_timeout
         try:
-            self.store = self.call(lambda: self.make(master, cfg.join_timeout), "connect")
-            self.watch = self.call(lambda: self.make(False, cfg.join_timeout), "connect")
+            # Bounded here too: torch's client waits for good on a listener that never answers.
+            self.store = self.call(lambda: self.make(master, first), "connect", within=first)
+            self.watch = self.call(lambda: self.make(False, cfg.join_timeout), "connect", within=cfg.join_timeout)
         except (RuntimeError, ValueError, TimeoutError, OSError) as exc:
             logger.debug("store: %s", exc)
             if master:
@@ -109,21 +113,46 @@ class JobStore:
                     f"cannot serve the launcher store on {self.where} ({first_line(exc, 120)}): is another "
                     "launcher with --node-rank 0 running? Pick another --port on every node."
                 ) from None
+            if self.store is None and self._answers():
+                raise LaunchError(
+                    f"node 0's launcher at {self.where} accepts connections but does not answer as a store of "
+                    f"this node's torch {software.of_node(cfg.device, cfg.backend)['torch']}: node 0 runs "
+                    "another torch release (torch's store protocol differs between releases: every node must "
+                    "run the same torch), or another program holds that port."
+                ) from None
             raise LaunchError(
                 f"could not reach node 0's launcher at {self.where} within {cfg.join_timeout:g} s: start the "
                 "launcher with --node-rank 0 on that host, with the same --port (and check that this "
                 "host can reach it)."
             ) from None
 
+    def _answers(self) -> bool:
+        """Whether something accepts a plain TCP connection at node 0's store address now."""
+        try:
+            with socket.create_connection((self.cfg.addr, self.cfg.port + CONTROL_PORT_OFFSET), timeout=5):
+                return True
+        except OSError:
+            return False
+
     # -- calls
 
-    def call(self, fn: Callable[[], T], name: str) -> T:
+    def call(self, fn: Callable[[], T], name: str, within: float | None = None) -> T:
         """Run a blocking store call in a thread; signals and board events interrupt the wait.
 
-        A store error that comes with (or right after) an event is reported as the event.
+        A store error that comes with (or right after) an event is reported as the event. With
+        ``within``, a call still blocked :data:`.timing.CALL_SLACK_S` after that many seconds raises
+        TimeoutError (its thread is left behind).
         """
+        also = self.events
+        if within is not None:
+            deadline = time.monotonic() + within + timing.CALL_SLACK_S
+
+            def also() -> None:
+                self.events()
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{name}: no answer within {within:g} s")
         try:
-            return run_interruptibly(fn, self.signals, f"npu_migrate-{name}", also=self.events)
+            return run_interruptibly(fn, self.signals, f"npu_migrate-{name}", also=also)
         except (JobEvent, LaunchError, Interrupted):
             raise
         except Exception as exc:  # noqa: BLE001 - store and rendezvous errors from torch

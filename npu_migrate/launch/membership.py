@@ -20,9 +20,11 @@ accepted when the ranks are exactly ``0..nnodes-1``.
 ========================== ===============================================================
 ``npu_migrate/job``        the job token, set by node 0; a launcher with another token is
                            refused and touches nothing else (another job or a stale launcher).
-``shape``                  ``{"nnodes", "device_num", "max_restarts", "hccl"}`` (``hccl``: the
-                           HCCL variables every node must share, :mod:`.hccl`), first writer
-                           wins; a node with other values aborts the job, so every node says why.
+``shape``                  ``{"nnodes", "device_num", "max_restarts", "hccl", "software"}``
+                           (``hccl``: the HCCL variables every node must share, :mod:`.hccl`;
+                           ``software``: the device family, backend, torch and torch_npu
+                           releases, :mod:`.software`), first writer wins; a node with other
+                           values aborts the job, so every node says why.
 ``claim/<K>``              ``{"owner", "host", "pid"}`` of the launcher holding node rank K (with
                            ``"ended": true`` once the job finished). Taken over when its owner
                            is marked lost or does not answer a ping for ``--node-timeout``
@@ -58,7 +60,7 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
-from npu_migrate.launch import authstore, storewait, timing
+from npu_migrate.launch import authstore, software, storewait, timing
 from npu_migrate.launch.board import Board
 from npu_migrate.launch.errors import LaunchError, first_line
 from npu_migrate.launch.jobstore import JobStore
@@ -81,6 +83,7 @@ class Membership:
         self.board = board
         self.cfg = js.cfg
         self._handler: Any = None
+        self._token_read = False
 
     # -- phase 1: connect, check the token, claim the node rank
 
@@ -98,6 +101,14 @@ class Membership:
         except (JobEvent, LaunchError, Interrupted):
             raise
         except Exception as exc:  # noqa: BLE001 - store errors from torch: node 0's launcher went away
+            if not self._token_read:  # a store of another torch release closes the connection, or never answers
+                raise LaunchError(
+                    f"node 0's launcher at {self.js.where} did not answer this node's first request "
+                    f"({first_line(exc, 120)}): node 0 runs another torch release than this node's "
+                    f"{software.of_node(self.cfg.device, self.cfg.backend)['torch']} (torch's store protocol "
+                    "differs between releases: every node must run the same torch), another program holds that "
+                    "port, or its launcher failed."
+                ) from None
             raise LaunchError(
                 f"node 0's launcher at {self.js.where} stopped answering while this node was joining "
                 f"({first_line(exc, 120)}): the job ended there, or node 0 failed. Start the job again "
@@ -111,7 +122,8 @@ class Membership:
             client.set_timeout(timedelta(seconds=timing.store_call_timeout(cfg.node_timeout)))
         if cfg.node_rank == 0:
             js.call(lambda: js.store.set(JOB_KEY, cfg.job_id), "token")
-        theirs = printable(js.call(self._read_token, "token"), FIELD_LIMIT)
+        theirs = printable(js.call(self._read_token, "token", within=timing.TOKEN_WAIT_S), FIELD_LIMIT)
+        self._token_read = True
         if theirs != cfg.job_id:
             raise LaunchError(
                 f"node 0's launcher at {js.where} runs job {theirs!r}, not this job {cfg.job_id!r}: another job "
@@ -153,16 +165,22 @@ class Membership:
     def _check_shape(self) -> None:
         js, cfg = self.js, self.cfg
         mine: dict[str, Any] = {"nnodes": cfg.nnodes, "device_num": cfg.nproc, "max_restarts": cfg.max_restarts,
-                                "hccl": dict(cfg.agreed)}  # HCCL variables every node must share (.hccl)
+                                "hccl": dict(cfg.agreed),  # HCCL variables every node must share (.hccl)
+                                "software": software.of_node(cfg.device, cfg.backend)}
         agreed = json.loads(js.store.compare_set(js.key("shape"), "", json.dumps(mine, sort_keys=True)).decode())
         agreed = agreed if isinstance(agreed, dict) else {}
         if agreed == mine:
             return
-        flags = [k for k in mine if k != "hccl" and mine[k] != agreed.get(k)]
+        flags = [k for k in mine if k not in ("hccl", "software") and mine[k] != agreed.get(k)]
+        job_software = agreed.get("software") if isinstance(agreed.get("software"), dict) else {}
         if flags:
             diff = " ".join(f"--{k.replace('_', '-')} {mine[k]}" for k in flags)
             theirs = " ".join(f"--{k.replace('_', '-')} {printable(agreed.get(k), 40)}" for k in flags)
             fix = "use the same --nnodes, --device-num and --max-restarts on every node."
+        elif job_software != mine["software"]:
+            diff = software.describe(mine["software"])
+            theirs = printable(software.describe(job_software), 200)
+            fix = software.fix(mine["software"], job_software)
         else:
             job = agreed.get("hccl") if isinstance(agreed.get("hccl"), dict) else {}
             names = [k for k in sorted(set(mine["hccl"]) | set(job)) if mine["hccl"].get(k, "") != job.get(k, "")]
@@ -171,7 +189,8 @@ class Membership:
             diff = " ".join(f"{printable(k, 100)}={printable(mine['hccl'].get(k, ''), 200) or '(unset)'}" for k in names)
             theirs = " ".join(f"{printable(k, 100)}={printable(job.get(k, ''), 200) or '(unset)'}" for k in names)
             fix = "HCCL needs the same value on every node; set it alike everywhere (or nowhere)."
-        message = f"node {cfg.node_rank} ({js.host}) has {diff} but the job has {theirs}: {fix}"
+        verb = "runs" if not flags and job_software != mine["software"] else "has"
+        message = f"node {cfg.node_rank} ({js.host}) {verb} {diff} but the job {verb} {theirs}: {fix}"
         self.board.abort(message)
         raise LaunchError(message)
 

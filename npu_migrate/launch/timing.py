@@ -73,6 +73,15 @@ TOKEN_WAIT_S = 30.0
 """How long a node waits for node 0's job token once node 0's store answers: node 0 writes it
 right after it serves the store, so only a store of something else stays without one."""
 
+CALL_SLACK_S = 5.0
+"""How long past its own timeout a store connection may block before the launcher gives up on it
+(torch's client waits for good on a listener that accepts and never answers)."""
+
+STORE_ANSWER_S = 15.0
+"""How long a node waits for node 0's store to answer once something listens at its address (at
+most ``--join-timeout``): a store of the same torch answers in milliseconds, one of another torch
+release never (its protocol differs), and the node says so instead of waiting out the join."""
+
 TORCH_KEEP_ALIVE_S = 5
 """torch < 2.4 fixes its rendezvous handler's keep-alive at 5 s (and the most we use on newer torch)."""
 

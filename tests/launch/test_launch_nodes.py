@@ -1,13 +1,23 @@
-"""Several launchers of one job on loopback: node-rank claims, the job token and flags every node must share."""
+"""Several launchers of one job on loopback: node-rank claims, the job token, and the flags and software every
+node must share."""
 
 from __future__ import annotations
 
+import json
+import os
+import socket
+import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 
-from conftest import free_port
+from conftest import FAKE_NPU, free_port
 from support import launcher, one_line_errors, reports, wait_for_files
+
+OTHER_PYTHON = os.environ.get("NPU_MIGRATE_TEST_OTHER_TORCH_PYTHON")
+"""A Python with another torch release and this checkout installed (.ci/run's torch 2.1 tier names
+tier 1's), for a job whose nodes run different torch releases."""
 
 
 @pytest.mark.long
@@ -121,3 +131,101 @@ def test_text_written_into_the_store_is_shown_stripped(tmp_path: Path, key: str)
         raw = path.read_text()
         assert "\\u001b" not in raw and "\\u0007" not in raw, raw
         assert SHOWN.replace(" second", "\nsecond") in raw.replace("\\n", "\n") or SHOWN in raw, raw
+
+
+@pytest.mark.slow
+@pytest.mark.fake_npu
+def test_nodes_on_different_device_families_are_refused_on_every_node(tmp_path: Path) -> None:
+    """A node that fell back to another family (its NPUs or their software missing) would hang the first collective."""
+    port = free_port()
+    node0 = launcher(tmp_path, 0, port)  # the CPU family (the suite forces it)
+    node1 = launcher(tmp_path, 1, port, paths=(FAKE_NPU,), FAKE_NPU_DEVICE_COUNT="1")
+    release = torch.__version__.split("+")[0]
+    for launch in (node0, node1):
+        assert launch.wait() == 1, launch.err
+        one_line_errors(launch.err)
+        last = launch.err.strip().splitlines()[-1]
+        # Whichever node wrote the job's shape first, the other one is named with both.
+        assert (f"runs torch {release} and torch_npu {release} on npu with hccl but the job runs torch {release} "
+                "on cpu with gloo" in last
+                or f"runs torch {release} on cpu with gloo but the job runs torch {release} and torch_npu "
+                   f"{release} on npu with hccl" in last), last
+        assert last.endswith("every node must use the same device family: pass the same --device on every node, "
+                             "and check that each has its devices and their software (a node without them falls "
+                             "back to another family)."), last
+    assert not list(tmp_path.glob("rank*.json"))
+
+
+@pytest.mark.slow
+def test_a_node_that_cannot_reach_node_0_says_so_in_one_line(tmp_path: Path) -> None:
+    """Nothing listens at node 0's address (not started yet, a firewall): torch's C++ errors stay off the console."""
+    port = free_port()
+    node1 = launcher(tmp_path, 1, port, join_timeout="2")
+    assert node1.wait() == 1, node1.err
+    one_line_errors(node1.err)
+    assert node1.err.strip().splitlines()[-1] == (
+        f"npu-migrate launch: error: could not reach node 0's launcher at 127.0.0.1:{port + 1} within 2 s: start the "
+        "launcher with --node-rank 0 on that host, with the same --port (and check that this host can reach it).")
+
+
+@pytest.mark.slow
+def test_a_port_that_does_not_answer_as_a_store_is_named_at_once(tmp_path: Path) -> None:
+    """Something accepts connections at node 0's store address but never answers (another torch's store, another
+    program): the node says so in one line, within --join-timeout (at most 15 s) or the token's 30 s."""
+    port = free_port()
+    with socket.create_server(("127.0.0.1", port + 1)) as silent:  # the kernel completes connections; nobody answers
+        node1 = launcher(tmp_path, 1, port, join_timeout="3")
+        assert node1.wait() == 1, node1.err
+    one_line_errors(node1.err)
+    last = node1.err.strip().splitlines()[-1]
+    release = torch.__version__.split("+")[0]
+    # Torch's client validates the connection (torch >= 2.3: the connect never completes) or not (its first
+    # request never gets an answer).
+    assert last in (
+        f"npu-migrate launch: error: node 0's launcher at 127.0.0.1:{port + 1} accepts connections but does not "
+        f"answer as a store of this node's torch {release}: node 0 runs another torch release (torch's store "
+        "protocol differs between releases: every node must run the same torch), or another program holds that "
+        "port.",
+        f"npu-migrate launch: error: node 0's launcher at 127.0.0.1:{port + 1} did not answer this node's first "
+        f"request (token: no answer within 30 s): node 0 runs another torch release than this node's {release} "
+        "(torch's store protocol differs between releases: every node must run the same torch), another program "
+        "holds that port, or its launcher failed."), last
+
+
+def _other_torch() -> str | None:
+    if not OTHER_PYTHON:
+        return None
+    found = subprocess.run([OTHER_PYTHON, "-c", "import json, torch, npu_migrate; print(json.dumps(torch.__version__))"],
+                           capture_output=True, text=True)
+    assert found.returncode == 0, f"NPU_MIGRATE_TEST_OTHER_TORCH_PYTHON={OTHER_PYTHON}: {found.stderr[-2000:]}"
+    return json.loads(found.stdout).split("+")[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("other_node", [0, 1])
+def test_nodes_on_different_torch_releases_are_refused_in_one_line(tmp_path: Path, other_node: int) -> None:
+    """Clusters mix images: a node on another torch release cannot even use node 0's store (its protocol
+    differs), and hangs or fails far from the cause. Here two real torch releases, one per node."""
+    other = _other_torch()
+    if other is None:
+        pytest.skip("set NPU_MIGRATE_TEST_OTHER_TORCH_PYTHON to a Python with another torch and this checkout "
+                    "(.ci/run's torch 2.1 tier does)")
+    mine = torch.__version__.split("+")[0]
+    if other == mine:
+        pytest.skip(f"NPU_MIGRATE_TEST_OTHER_TORCH_PYTHON runs this torch ({mine}), not another release")
+    port = free_port()
+    pythons = {other_node: OTHER_PYTHON}
+    node0 = launcher(tmp_path, 0, port, join_timeout="60", **({"python": pythons[0]} if 0 in pythons else {}))
+    node1 = launcher(tmp_path, 1, port, join_timeout="30", **({"python": pythons[1]} if 1 in pythons else {}))
+    assert node1.wait() == 1, node1.err
+    one_line_errors(node1.err)
+    last = node1.err.strip().splitlines()[-1]
+    node1_torch = other if other_node == 1 else mine
+    assert last.startswith(f"npu-migrate launch: error: node 0's launcher at 127.0.0.1:{port + 1} "), last
+    assert (f"this node's torch {node1_torch}: node 0 runs another torch release" in last
+            or f"node 0 runs another torch release than this node's {node1_torch}" in last), last
+    assert "every node must run the same torch" in last, last
+    node0.proc.terminate()  # it waits for a node that never joins
+    assert node0.wait() in (1, 143), node0.err
+    one_line_errors(node0.err)
+    assert not list(tmp_path.glob("rank*.json"))

@@ -1,0 +1,44 @@
+"""torch's C++ log level in the launcher's own process, where every store failure is reported in one line.
+
+Usage (by :mod:`.jobstore`, before the launcher's multi-node store clients connect)::
+
+    cpplog.quiet_launcher()   # c10's level FATAL in this process, unless the user set TORCH_CPP_LOG_LEVEL
+
+A TCPStore client that cannot reach node 0 (nothing listens yet, a firewall, another torch
+release's store) logs its error at ERROR with the C++ stack trace before it raises, about 30
+lines on the console above the launcher's own one-line error; so does every failed retry. The
+launcher reports every store failure itself, so in its own process only fatal C++ messages are
+shown. The fork server and the workers keep the level they started with. A level the user set in
+``TORCH_CPP_LOG_LEVEL`` (read when this module is imported, before the launcher sets its own
+default) is kept everywhere.
+"""
+
+from __future__ import annotations
+
+import os
+
+ENV = "TORCH_CPP_LOG_LEVEL"
+USER_LEVEL = os.environ.get(ENV)
+"""The user's own setting, read before the launcher sets a default for its fork server."""
+_C10_FATAL = 3
+"""c10's level for ``TORCH_CPP_LOG_LEVEL=FATAL`` (INFO 0, WARNING 1, ERROR 2, FATAL 3)."""
+
+
+def set_level(level: int) -> bool:
+    """Set c10's log level in this process (torch imported); False where this build of torch hides it."""
+    import ctypes
+
+    import torch
+
+    try:
+        c10 = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libc10.so"))
+        ctypes.c_int.in_dll(c10, "FLAGS_caffe2_log_level").value = level
+    except (OSError, ValueError):  # another build of torch: its messages stay visible
+        return False
+    return True
+
+
+def quiet_launcher() -> None:
+    """Only fatal C++ messages in this process, unless the user chose a level (module docstring)."""
+    if USER_LEVEL is None:
+        set_level(_C10_FATAL)
