@@ -20,6 +20,7 @@ import sys
 from importlib import metadata
 from typing import Any
 
+
 def _release(module: str, distribution: str) -> str:
     """The public release of an imported module (its ``__version__``), else of its installed distribution."""
     loaded = sys.modules.get(module)
@@ -39,13 +40,17 @@ def of_node(device: str, backend: str) -> dict[str, Any]:
 
 
 def describe(stack: dict[str, Any]) -> str:
-    """``torch 2.14.0 and torch_npu 2.14.0 on npu with hccl``."""
+    """``torch 2.14.0 and torch_npu 2.14.0 on npu with hccl`` (a node that did not say: an older npu_migrate)."""
+    if not stack:
+        return "an older npu_migrate, which does not say what it runs"
     npu = f" and torch_npu {stack.get('torch_npu')}" if stack.get("torch_npu") else ""
     return f"torch {stack.get('torch')}{npu} on {stack.get('device')} with {stack.get('backend')}"
 
 
 def fix(mine: dict[str, Any], theirs: dict[str, Any]) -> str:
     """What to do about a difference between two nodes' stacks."""
+    if not mine or not theirs:
+        return "every node must run the same npu_migrate release: install the same one on every node."
     if (mine.get("device"), mine.get("backend")) != (theirs.get("device"), theirs.get("backend")):
         return ("every node must use the same device family: pass the same --device on every node, and check that "
                 "each has its devices and their software (a node without them falls back to another family).")

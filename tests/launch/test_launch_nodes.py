@@ -229,3 +229,19 @@ def test_nodes_on_different_torch_releases_are_refused_in_one_line(tmp_path: Pat
     assert node0.wait() in (1, 143), node0.err
     one_line_errors(node0.err)
     assert not list(tmp_path.glob("rank*.json"))
+
+
+def test_what_a_node_runs_and_what_to_do_when_two_differ() -> None:
+    """The job's shape carries this; a node of an older npu_migrate (no such record) is named as such."""
+    from npu_migrate.launch import software
+
+    release = torch.__version__.split("+")[0]
+    mine = software.of_node("cpu", "gloo")
+    assert mine == {"device": "cpu", "backend": "gloo", "torch": release, "torch_npu": None}
+    assert software.describe(mine) == f"torch {release} on cpu with gloo"
+    assert software.fix(mine, dict(mine, torch="2.1.0")).startswith(
+        "every node must run the same torch and torch_npu releases")
+    assert software.fix(mine, dict(mine, device="npu", backend="hccl")).startswith(
+        "every node must use the same device family")
+    assert software.describe({}) == "an older npu_migrate, which does not say what it runs"
+    assert software.fix(mine, {}) == "every node must run the same npu_migrate release: install the same one on every node."
