@@ -8,9 +8,9 @@ A TCPStore client that cannot reach node 0 (nothing listens yet, a firewall, ano
 release's store) logs its error at ERROR with the C++ stack trace before it raises, about 30
 lines on the console above the launcher's own one-line error; so does every failed retry. The
 launcher reports every store failure itself, so in its own process only fatal C++ messages are
-shown. The fork server and the workers keep the level they started with. A level the user set in
-``TORCH_CPP_LOG_LEVEL`` (read when this module is imported, before the launcher sets its own
-default) is kept everywhere.
+shown. The fork server and the workers keep the level they started with. A level below ERROR the
+user set in ``TORCH_CPP_LOG_LEVEL`` (read when this module is imported, before the launcher sets
+its own default), INFO or WARNING, is kept everywhere.
 """
 
 from __future__ import annotations
@@ -22,6 +22,10 @@ USER_LEVEL = os.environ.get(ENV)
 """The user's own setting, read before the launcher sets a default for its fork server."""
 _C10_FATAL = 3
 """c10's level for ``TORCH_CPP_LOG_LEVEL=FATAL`` (INFO 0, WARNING 1, ERROR 2, FATAL 3)."""
+_NO_MORE_THAN_ERRORS = frozenset({"ERROR", "FATAL", "2", "3"})
+"""Settings that ask for errors at most (the launcher's own default for its fork server is ERROR,
+and a process it started, a test's worker among them, may pass that on): the launcher reports its
+own errors, so its process shows fatal ones only."""
 
 
 def set_level(level: int) -> bool:
@@ -39,6 +43,6 @@ def set_level(level: int) -> bool:
 
 
 def quiet_launcher() -> None:
-    """Only fatal C++ messages in this process, unless the user chose a level (module docstring)."""
-    if USER_LEVEL is None:
+    """Only fatal C++ messages in this process, unless the user asked for more than errors (module docstring)."""
+    if (USER_LEVEL or "ERROR").strip().upper() in _NO_MORE_THAN_ERRORS:
         set_level(_C10_FATAL)
