@@ -527,7 +527,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> None:
         item.user_properties.append((_CPU_PROPERTY, f"{_cpu_now() - item.stash[_CPU_START]:.2f}"))
 
 
-
 HANG_BACKSTOP_S = float(os.environ.get("NPU_MIGRATE_TEST_HANG_BACKSTOP_S", "150"))
 """Seconds past a test's own pytest-timeout (300 s, or its ``timeout`` mark) before its worker is ended.
 

@@ -20,8 +20,8 @@ import os
 ENV = "TORCH_CPP_LOG_LEVEL"
 USER_LEVEL = os.environ.get(ENV)
 """The user's own setting, read before the launcher sets a default for its fork server."""
-_C10_FATAL = 3
-"""c10's level for ``TORCH_CPP_LOG_LEVEL=FATAL`` (INFO 0, WARNING 1, ERROR 2, FATAL 3)."""
+ERROR, FATAL = 2, 3
+"""c10's levels for ``TORCH_CPP_LOG_LEVEL=ERROR`` and ``FATAL`` (INFO 0, WARNING 1, ERROR 2, FATAL 3)."""
 _NO_MORE_THAN_ERRORS = frozenset({"ERROR", "FATAL", "2", "3"})
 """Settings that ask for errors at most (the launcher's own default for its fork server is ERROR,
 and a process it started, a test's worker among them, may pass that on): the launcher reports its
@@ -45,4 +45,4 @@ def set_level(level: int) -> bool:
 def quiet_launcher() -> None:
     """Only fatal C++ messages in this process, unless the user asked for more than errors (module docstring)."""
     if (USER_LEVEL or "ERROR").strip().upper() in _NO_MORE_THAN_ERRORS:
-        set_level(_C10_FATAL)
+        set_level(FATAL)

@@ -48,9 +48,6 @@ START_METHOD_ENV = "NPU_MIGRATE_START_METHOD"
 FRESH = "forkserver-fresh"
 """``NPU_MIGRATE_START_METHOD``'s value that keeps multiprocessing's own fork server start."""
 _SET_BY_PRELOAD = frozenset({autoload.ENV_AUTOLOAD})
-_CPP_LOG_ENV = cpplog.ENV
-_C10_ERROR = 2
-"""c10's level for ``TORCH_CPP_LOG_LEVEL=ERROR`` (INFO 0, WARNING 1, ERROR 2, FATAL 3)."""
 
 
 class _Unreadable(Exception):
@@ -215,10 +212,10 @@ def quiet_loaded_cpp_log() -> None:
     level becomes ERROR through c10's exported flag (``FLAGS_caffe2_log_level``, the variable the
     setting is read into), and the variable too, for what this process starts later.
     """
-    if _CPP_LOG_ENV in os.environ:
+    if cpplog.ENV in os.environ:
         return
-    os.environ[_CPP_LOG_ENV] = "ERROR"
-    cpplog.set_level(_C10_ERROR)
+    os.environ[cpplog.ENV] = "ERROR"
+    cpplog.set_level(cpplog.ERROR)
 
 
 def start(preloaded: Sequence[str], at_exit: Callable[[], None]) -> bool:

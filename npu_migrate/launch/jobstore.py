@@ -116,7 +116,7 @@ class JobStore:
             if self.store is None and self._answers():
                 raise LaunchError(
                     f"node 0's launcher at {self.where} accepts connections but does not answer as a store of "
-                    f"this node's torch {software.of_node(cfg.device, cfg.backend)['torch']}: node 0 runs "
+                    f"this node's torch {software.torch_release()}: node 0 runs "
                     "another torch release (torch's store protocol differs between releases: every node must "
                     "run the same torch), or another program holds that port."
                 ) from None

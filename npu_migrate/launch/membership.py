@@ -105,7 +105,7 @@ class Membership:
                 raise LaunchError(
                     f"node 0's launcher at {self.js.where} did not answer this node's first request "
                     f"({first_line(exc, 120)}): node 0 runs another torch release than this node's "
-                    f"{software.of_node(self.cfg.device, self.cfg.backend)['torch']} (torch's store protocol "
+                    f"{software.torch_release()} (torch's store protocol "
                     "differs between releases: every node must run the same torch), another program holds that "
                     "port, or its launcher failed."
                 ) from None
@@ -173,6 +173,7 @@ class Membership:
             return
         flags = [k for k in mine if k not in ("hccl", "software") and mine[k] != agreed.get(k)]
         job_software = agreed.get("software") if isinstance(agreed.get("software"), dict) else {}
+        verb = "has"
         if flags:
             diff = " ".join(f"--{k.replace('_', '-')} {mine[k]}" for k in flags)
             theirs = " ".join(f"--{k.replace('_', '-')} {printable(agreed.get(k), 40)}" for k in flags)
@@ -181,6 +182,7 @@ class Membership:
             diff = software.describe(mine["software"])
             theirs = printable(software.describe(job_software), 200)
             fix = software.fix(mine["software"], job_software)
+            verb = "runs"
         else:
             job = agreed.get("hccl") if isinstance(agreed.get("hccl"), dict) else {}
             names = [k for k in sorted(set(mine["hccl"]) | set(job)) if mine["hccl"].get(k, "") != job.get(k, "")]
@@ -189,7 +191,6 @@ class Membership:
             diff = " ".join(f"{printable(k, 100)}={printable(mine['hccl'].get(k, ''), 200) or '(unset)'}" for k in names)
             theirs = " ".join(f"{printable(k, 100)}={printable(job.get(k, ''), 200) or '(unset)'}" for k in names)
             fix = "HCCL needs the same value on every node; set it alike everywhere (or nowhere)."
-        verb = "runs" if not flags and job_software != mine["software"] else "has"
         message = f"node {cfg.node_rank} ({js.host}) {verb} {diff} but the job {verb} {theirs}: {fix}"
         self.board.abort(message)
         raise LaunchError(message)

@@ -33,9 +33,14 @@ def _release(module: str, distribution: str) -> str:
     return version.split("+", 1)[0]
 
 
+def torch_release() -> str:
+    """This node's torch release, without its build tag (``2.14.0``)."""
+    return _release("torch", "torch")
+
+
 def of_node(device: str, backend: str) -> dict[str, Any]:
     """This node's device family, backend and releases (torch_npu: on the npu family only, else None)."""
-    return {"device": device, "backend": backend, "torch": _release("torch", "torch"),
+    return {"device": device, "backend": backend, "torch": torch_release(),
             "torch_npu": _release("torch_npu", "torch-npu") if device == "npu" else None}
 
 

@@ -7,6 +7,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -214,9 +215,9 @@ def test_nodes_on_different_torch_releases_are_refused_in_one_line(tmp_path: Pat
     if other == mine:
         pytest.skip(f"NPU_MIGRATE_TEST_OTHER_TORCH_PYTHON runs this torch ({mine}), not another release")
     port = free_port()
-    pythons = {other_node: OTHER_PYTHON}
-    node0 = launcher(tmp_path, 0, port, join_timeout="60", **({"python": pythons[0]} if 0 in pythons else {}))
-    node1 = launcher(tmp_path, 1, port, join_timeout="30", **({"python": pythons[1]} if 1 in pythons else {}))
+    python = {rank: OTHER_PYTHON if rank == other_node else sys.executable for rank in (0, 1)}
+    node0 = launcher(tmp_path, 0, port, join_timeout="60", python=python[0])
+    node1 = launcher(tmp_path, 1, port, join_timeout="30", python=python[1])
     assert node1.wait() == 1, node1.err
     one_line_errors(node1.err)
     last = node1.err.strip().splitlines()[-1]
