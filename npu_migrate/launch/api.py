@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
+from npu_migrate.launch import cpplog
 from npu_migrate.launch.config import Target, make_config
 from npu_migrate.launch.errors import JobFailed
 from npu_migrate.launch.forkserver import start_fork_server, stop_fork_server
@@ -49,12 +50,13 @@ def spawn(fn: Callable[..., Any], args: Sequence[Any] = (), options: Any = None,
     """
     methods: list[str] = []
     target = Target(fn=fn, args=tuple(args))
-    try:
-        cfg = make_config(options, before_device=lambda: methods.append(start_fork_server()),
-                          identity=target.identity(), **settings)
-    except BaseException:
-        stop_fork_server()
-        raise
-    code = run_job(cfg, target, methods[0])
+    with cpplog.kept():  # the launcher quiets torch's C++ log; this process goes on after the job
+        try:
+            cfg = make_config(options, before_device=lambda: methods.append(start_fork_server()),
+                              identity=target.identity(), **settings)
+        except BaseException:
+            stop_fork_server()
+            raise
+        code = run_job(cfg, target, methods[0])
     if code != 0:
         raise JobFailed(f"the job ended with exit code {code}; see the messages above.", code)

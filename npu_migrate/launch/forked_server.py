@@ -19,7 +19,7 @@ does both with one import:
    secret) and runs multiprocessing's own ``main`` with the arguments multiprocessing wrote for it;
 3. this process then loads the device extensions and runs the held hooks
    (:func:`npu_migrate._torch_hook.resume`), as each worker does, and keeps torch's C++ warnings off
-   the launcher's console (:func:`quiet_loaded_cpp_log`).
+   the launcher's console (:func:`npu_migrate.launch.cpplog.quiet_loaded`).
 
 "Still in that state" means: Linux, one thread, torch not imported yet, and the environment it
 started with (``/proc/self/environ``), ``TORCH_DEVICE_BACKEND_AUTOLOAD`` aside (the preload sets
@@ -204,19 +204,6 @@ def _forking_spawn(at_exit: Callable[[], None]) -> Iterator[None]:
         util.spawnv_passfds = spawn
 
 
-def quiet_loaded_cpp_log() -> None:
-    """Keep torch's C++ warnings (TCPStore's reverse look-ups...) off this launcher's console.
-
-    c10 reads ``TORCH_CPP_LOG_LEVEL`` once, when torch loads; here torch was loaded with the user's
-    setting, which the fork server and the workers keep. Unless the user set one, this process's
-    level becomes ERROR through c10's exported flag (``FLAGS_caffe2_log_level``, the variable the
-    setting is read into), and the variable too, for what this process starts later.
-    """
-    if cpplog.ENV in os.environ:
-        return
-    os.environ[cpplog.ENV] = "ERROR"
-    cpplog.set_level(cpplog.ERROR)
-
 
 def start(preloaded: Sequence[str], at_exit: Callable[[], None]) -> bool:
     """Start multiprocessing's fork server as a fork of this process, after one ``import torch``.
@@ -245,6 +232,6 @@ def start(preloaded: Sequence[str], at_exit: Callable[[], None]) -> bool:
     _torch_hook.import_held(preloaded)  # what the preload imports; an error here is the launcher's
     with _forking_spawn(at_exit):
         forkserver.ensure_running()
-    quiet_loaded_cpp_log()
+    cpplog.quiet_loaded()
     _torch_hook.resume()
     return True

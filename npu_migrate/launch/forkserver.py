@@ -18,7 +18,7 @@ import os
 import signal
 import sys
 
-from npu_migrate.launch import forked_server
+from npu_migrate.launch import cpplog, forked_server
 
 PRELOAD = ["npu_migrate._preload"]
 """Imported once by the fork server; every worker forked from it starts with torch loaded. The
@@ -112,19 +112,9 @@ def start_fork_server() -> str:
         forkserver.set_forkserver_preload(PRELOAD)
         if not forked_server.start(PRELOADED, kill_worker_groups):  # one import of torch for both, where it can
             forkserver.ensure_running()
-            quiet_torch_cpp_log()
+            cpplog.default_for_later()  # this process imports torch after this: c10 reads it then
         return "forkserver"
     return "spawn"
-
-
-def quiet_torch_cpp_log() -> None:
-    """Keep torch's C++ warnings (TCPStore's reverse look-ups...) off the launcher's console.
-
-    Call after the fork server started and before this process imports torch: c10 reads
-    TORCH_CPP_LOG_LEVEL when it loads, and the workers keep the fork server's environment.
-    A value the user set wins.
-    """
-    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
 
 def stop_fork_server() -> None:

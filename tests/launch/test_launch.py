@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -64,15 +65,18 @@ def test_module_target_and_subcommand(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_function_target_like_seed_003(tmp_path: Path) -> None:
-    from npu_migrate.launch import JobFailed, spawn
+    from npu_migrate.launch import JobFailed, cpplog, spawn
     from launch.scripts.spawn_target import train
 
+    before = (os.environ.get(cpplog.ENV), cpplog.level())
     spawn(train, args=(str(tmp_path),), nproc=2)
     got = reports(tmp_path, 2)
     assert [(r["local_rank_arg"], r["rank"], r["env_rank"], r["sum"]) for r in got] == [(0, 0, "0", 3.0), (1, 1, "1", 3.0)]
     with pytest.raises(JobFailed, match="exit code 1") as info:
         spawn(train, args=(str(tmp_path), 1), nproc=2)
     assert info.value.exit_code == 1
+    # The caller's process goes on: torch's C++ log setting is what it was (its later children inherit it).
+    assert (os.environ.get(cpplog.ENV), cpplog.level()) == before
 
 
 @pytest.mark.slow

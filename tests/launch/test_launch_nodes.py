@@ -246,3 +246,20 @@ def test_what_a_node_runs_and_what_to_do_when_two_differ() -> None:
         "every node must use the same device family")
     assert software.describe({}) == "an older npu_migrate, which does not say what it runs"
     assert software.fix(mine, {}) == "every node must run the same npu_migrate release: install the same one on every node."
+
+
+def test_the_c10_log_level_the_launcher_lowers_is_given_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A multi-node launcher shows only fatal C++ messages in its own process; a caller of the API
+    (``launch.spawn``, whose process goes on) gets its level and variable back."""
+    from npu_migrate.launch import cpplog
+
+    monkeypatch.setattr(cpplog, "USER_LEVEL", None)
+    monkeypatch.delenv(cpplog.ENV, raising=False)
+    before = cpplog.level()
+    if before is None:
+        pytest.skip(f"this build of torch {torch.__version__} does not export c10's log level")
+    with cpplog.kept():
+        cpplog.quiet_launcher()
+        cpplog.default_for_later()
+        assert (cpplog.level(), os.environ[cpplog.ENV]) == (cpplog.FATAL, "ERROR")
+    assert (cpplog.level(), os.environ.get(cpplog.ENV)) == (before, None)
