@@ -127,12 +127,14 @@ def build_parser(command: Command | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code (:func:`npu_migrate.argparsing.run_command` maps errors)."""
+    command_line = argv is None  # this process's own command line: a command may run it again
     argv = list(sys.argv[1:] if argv is None else argv)
     command = _command_in(argv)
-    return run_command(command.prog if command else "npu-migrate", lambda: _run(argv), explain=autoload.explain)
+    return run_command(command.prog if command else "npu-migrate", lambda: _run(argv, command_line),
+                       explain=autoload.explain)
 
 
-def _run(argv: list[str]) -> int:
+def _run(argv: list[str], command_line: bool = False) -> int:
     from npu_migrate.log import setup_logging
 
     command = _command_in(argv)
@@ -141,5 +143,6 @@ def _run(argv: list[str]) -> int:
         autoload.disable_unless_needed(_device_in(argv))
         autoload.check_versions()
     args = build_parser(command).parse_args(argv)  # a usage error: argparse's line and SystemExit(2)
+    args.command_line = command_line
     setup_logging(logging.DEBUG if args.verbose else logging.WARNING, names=("npu_migrate",))
     return int(args.func(args) or 0)

@@ -2,7 +2,7 @@
 
 Usage::
 
-    secret = load_secret(args.secret_file)           # --secret-file, else NPU_MIGRATE_JOB_SECRET, else None
+    secret = load_secret(args.secret_file)           # (.secret) --secret-file, else the environment, else None
     store = AuthStore(PaddedStore(tcp_store), secret)
     store.set("npu_migrate/<job>/abort", "why")       # stored as a signed value
     store.compare_set(key, "", "mine")               # a forged current value counts as absent
@@ -46,8 +46,8 @@ instance from an earlier job with the same ``--job-id`` and secret: use a new se
 id of the scheduler, per job. ``MASTER_PORT``'s store belongs to torch's process group (as under
 torchrun) and is not covered: keep both ports on a private network (docs/security.md).
 
-The secret never leaves the launcher: it is not in any argv, file or message, and the launcher
-removes :data:`SECRET_ENV` from the environment its workers inherit.
+The secret never leaves the launcher: it is not in any argv, file or message, nor in the
+environment of a worker or (started from the command line) of the launcher itself (:mod:`.secret`).
 """
 
 from __future__ import annotations
@@ -55,22 +55,15 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
-import os
-import stat
 import threading
 import uuid
 from typing import Any, Callable
 
-from npu_migrate.launch.errors import LaunchUsageError, say
+from npu_migrate.launch.errors import say
 from npu_migrate.launch.padded_store import PaddedStore, pad, unpad
+from npu_migrate.launch.secret import SECRET_ENV, load_secret
 
 logger = logging.getLogger(__name__)
-
-SECRET_ENV = "NPU_MIGRATE_JOB_SECRET"
-"""The variable that holds the job secret (the same value on every node)."""
-
-MIN_SECRET_BYTES = 16
-"""Shorter secrets are refused: a guessable secret protects nothing (``openssl rand -hex 32``)."""
 
 _MARK = b"~npu_migrate-hmac1:"
 _TAG_LEN = 64  # hex digits of SHA-256
@@ -87,47 +80,6 @@ class UnauthenticatedValue(RuntimeError):
 
 
 # --------------------------------------------------------------------------- the secret
-
-
-def _check_file(path: str) -> bytes:
-    try:
-        info = os.stat(path)
-    except OSError as exc:
-        raise LaunchUsageError(f"--secret-file {path!r} cannot be read ({exc.strerror}): expected a file only "
-                               "you can read, e.g. made with `umask 077; openssl rand -hex 32 > FILE`.") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise LaunchUsageError(f"--secret-file {path!r} is not a regular file: expected a file holding the job secret.")
-    if info.st_mode & 0o077:
-        raise LaunchUsageError(f"--secret-file {path!r} has mode {stat.S_IMODE(info.st_mode):04o}, readable by "
-                               f"others: expected 0600 or stricter. Run `chmod 600 {path}`.")
-    if info.st_uid != os.getuid():
-        raise LaunchUsageError(f"--secret-file {path!r} belongs to another user (uid {info.st_uid}): expected "
-                               "a file of your own with mode 0600.")
-    try:
-        with open(path, "rb") as fh:
-            return fh.read().strip()
-    except OSError as exc:
-        raise LaunchUsageError(f"--secret-file {path!r} cannot be read ({exc.strerror}).") from None
-
-
-def load_secret(secret_file: str | None = None, environ: dict[str, str] | None = None) -> bytes | None:
-    """The job secret: ``secret_file``'s content (mode checked), else :data:`SECRET_ENV`, else None.
-
-    Raises:
-        LaunchUsageError: a file others can read, or a secret shorter than :data:`MIN_SECRET_BYTES`
-            (the message never contains the secret).
-    """
-    environ = os.environ if environ is None else environ
-    if secret_file is not None:
-        secret, where = _check_file(secret_file), f"--secret-file {secret_file!r}"
-    elif environ.get(SECRET_ENV):
-        secret, where = environ[SECRET_ENV].strip().encode(), SECRET_ENV
-    else:
-        return None
-    if len(secret) < MIN_SECRET_BYTES:
-        raise LaunchUsageError(f"the job secret in {where} has {len(secret)} byte(s): expected at least "
-                               f"{MIN_SECRET_BYTES}, the same on every node, e.g. from `openssl rand -hex 32`.")
-    return secret
 
 
 def use_secret(secret: bytes | None) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 
 from npu_migrate import autoload
 from npu_migrate.argparsing import OneLineParser, run_command
-from npu_migrate.launch import authstore, features, ports
+from npu_migrate.launch import authstore, features, forked_server, ports, secret
 from npu_migrate.launch.config import CONTROL_PORT_OFFSET, DEFAULT_PORT, Target, make_config, world_table
 from npu_migrate.launch import hccl, ranktable, schedulers, signals
 from npu_migrate.launch.errors import LaunchUsageError, say
@@ -192,8 +192,13 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     target = _target(args)
     # Read once, then out of the environment the fork server and the workers inherit.
-    authstore.use_secret(authstore.load_secret(args.secret_file))
-    os.environ.pop(authstore.SECRET_ENV, None)
+    job_secret = secret.load_secret(args.secret_file)
+    if os.environ.get(secret.SECRET_ENV) and not args.dry_run and getattr(args, "command_line", False):
+        # Out of this process's own environment too (what `ps e` shows): returns where it cannot.
+        secret.run_again_without(None if args.secret_file else job_secret, forked_server.initial_environ())
+    authstore.use_secret(job_secret)
+    os.environ.pop(secret.SECRET_ENV, None)
+    os.environ.pop(secret.FD_ENV, None)
     options = LaunchOptions.from_args(args)
     jobs = features.jobs_for(args)  # every feature checks its flags before anything starts
     if not args.dry_run:
@@ -225,6 +230,7 @@ def _run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """``python -m npu_migrate.launch``: the same job, lines and exit codes as ``npu-migrate launch``."""
     args = build_parser().parse_args(argv)  # a usage error: argparse's line and SystemExit(2)
+    args.command_line = argv is None  # this process's own command line: it may run it again (.secret)
     if not faulthandler.is_enabled():  # a crash of the launcher itself shows where it was
         faulthandler.enable()
 

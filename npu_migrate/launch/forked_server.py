@@ -23,10 +23,12 @@ does both with one import:
 
 "Still in that state" means: Linux, one thread, torch not imported yet, and the environment it
 started with (``/proc/self/environ``), ``TORCH_DEVICE_BACKEND_AUTOLOAD`` aside (the preload sets
-it itself). Anything else keeps multiprocessing's new interpreter: an API caller that imported
+it itself) and ``NPU_MIGRATE_JOB_SECRET_FD`` (a descriptor's number, which the launcher reads and
+takes out). Anything else keeps multiprocessing's new interpreter: an API caller that imported
 torch; ``--migrate`` or ``--probe``, which export their start-up hook for the fork server's start;
-a job secret given in ``NPU_MIGRATE_JOB_SECRET``, which the launcher takes out of the environment
-(a forked child's ``/proc/PID/environ``, what ``ps e`` shows, would still hold it); another Python
+a job secret still in ``NPU_MIGRATE_JOB_SECRET``, which the launcher takes out of the environment
+(a forked child's ``/proc/PID/environ``, what ``ps e`` shows, would still hold it; a launcher
+started from the command line runs itself again without it first, :mod:`.secret`); another Python
 whose fork server command this module cannot read; ``NPU_MIGRATE_START_METHOD=forkserver-fresh``.
 """
 
@@ -42,19 +44,22 @@ from contextlib import contextmanager
 from typing import Any
 
 from npu_migrate import autoload
-from npu_migrate.launch import cpplog
+from npu_migrate.launch import cpplog, secret
 
 START_METHOD_ENV = "NPU_MIGRATE_START_METHOD"
 FRESH = "forkserver-fresh"
 """``NPU_MIGRATE_START_METHOD``'s value that keeps multiprocessing's own fork server start."""
 _SET_BY_PRELOAD = frozenset({autoload.ENV_AUTOLOAD})
+_TAKEN_OUT = frozenset({secret.FD_ENV})
+"""Variables the launcher takes out of its environment that a forked child may still show: a
+descriptor's number, nothing secret."""
 
 
 class _Unreadable(Exception):
     """multiprocessing's fork server command is not the one this module knows how to run."""
 
 
-def _initial_environ() -> dict[str, str] | None:
+def initial_environ() -> dict[str, str] | None:
     """The environment this process started with (None where /proc cannot say)."""
     try:
         with open("/proc/self/environ", "rb") as fh:
@@ -76,12 +81,12 @@ def _as_if_new() -> bool:
             return False
     except OSError:
         return False
-    initial = _initial_environ()
+    initial = initial_environ()
     if initial is None:
         return False
     # Removed variables count too: a forked child's /proc/PID/environ (what `ps e` shows) is still
     # the block this process started with, so a job secret read from there would reach every worker.
-    return ({k: v for k, v in initial.items() if k not in _SET_BY_PRELOAD}
+    return ({k: v for k, v in initial.items() if k not in _SET_BY_PRELOAD | _TAKEN_OUT}
             == {k: v for k, v in os.environ.items() if k not in _SET_BY_PRELOAD})
 
 

@@ -60,7 +60,7 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
-from npu_migrate.launch import authstore, software, storewait, timing
+from npu_migrate.launch import authstore, secret, software, storewait, timing
 from npu_migrate.launch.board import Board
 from npu_migrate.launch.errors import LaunchError, first_line
 from npu_migrate.launch.jobstore import JobStore
@@ -144,7 +144,7 @@ class Membership:
         if raw is None:
             return None
         where = f"node 0's launcher at {js.where}"
-        fix = f"set {authstore.SECRET_ENV} (or --secret-file) to the same value on every node, or on none."
+        fix = f"set {secret.SECRET_ENV} (or --secret-file) to the same value on every node, or on none."
         signed = authstore.is_signed(raw.encode())
         if js.secret is None:
             return f"{where} uses a job secret and this node has none: {fix}" if signed else None

@@ -31,7 +31,7 @@ import time
 import traceback
 from typing import Any
 
-from npu_migrate.launch import authstore, output, rundir, stores
+from npu_migrate.launch import output, rundir, secret, stores
 from npu_migrate.launch.config import LaunchConfig, Target
 from npu_migrate.log import ENV_RELAY_PREFIX
 
@@ -115,7 +115,8 @@ def prepare(local_rank: int, cfg: LaunchConfig, restart: int, run_dir: str | Non
     os.environ.update(cfg.worker_env(local_rank, restart))
     # Node 0's launcher serves MASTER_PORT on the job's address; every rank is its client (:mod:`.stores`).
     os.environ[stores.AGENT_STORE_ENV] = "True"
-    os.environ.pop(authstore.SECRET_ENV, None)  # the launcher's alone: not the script's, nor its children's
+    for name in (secret.SECRET_ENV, secret.FD_ENV):  # the launcher's alone: not the script's, nor its children's
+        os.environ.pop(name, None)
     if cfg.output.relay and run_dir is not None:
         output.attach(run_dir, local_rank)  # stdout/stderr into the launcher's relay (:mod:`.output`)
         if cfg.output.prefix_template(cfg.world_size):

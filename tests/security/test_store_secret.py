@@ -183,28 +183,60 @@ def test_a_secret_file_others_can_read_is_refused(tmp_path: Path) -> None:
     assert "abc" not in result.stderr
 
 
+def test_a_secret_on_a_descriptor_is_read_once_and_bad_ones_are_named(tmp_path: Path) -> None:
+    """NPU_MIGRATE_JOB_SECRET_FD (how the launcher passes the secret to itself, or `3<FILE`)."""
+    from npu_migrate.launch.errors import LaunchUsageError
+    from npu_migrate.launch.secret import FD_ENV, load_secret
+
+    reader, writer = os.pipe()
+    os.write(writer, SECRET.encode() + b"\n")
+    os.close(writer)
+    assert load_secret(environ={FD_ENV: str(reader), "NPU_MIGRATE_JOB_SECRET": "x" * 20}) == SECRET.encode()
+    with pytest.raises(LaunchUsageError) as closed:  # read to its end and closed: not passed on to the ranks
+        load_secret(environ={FD_ENV: str(reader)})
+    assert str(closed.value) == (f"{FD_ENV}={reader} cannot be read (Bad file descriptor): expected an open "
+                                 "descriptor holding the job secret.")
+    with pytest.raises(LaunchUsageError, match=rf"^{FD_ENV}='three' is not a file descriptor: expected a number"):
+        load_secret(environ={FD_ENV: "three"})
+    with pytest.raises(LaunchUsageError, match=rf"^--secret-file and {FD_ENV} both give the job secret: use one"):
+        load_secret(str(tmp_path / "secret"), environ={FD_ENV: "3"})
+    result = run_cli("launch", "--dry-run", "--device-num", "1", str(JOB), env=child_env(**{FD_ENV: "99"}))
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert result.stderr.strip().endswith(f"error: {FD_ENV}=99 cannot be read (Bad file descriptor): expected an "
+                                          "open descriptor holding the job secret.")
+
+
 @pytest.mark.slow
 def test_the_secret_reaches_no_worker(tmp_path: Path) -> None:
     script = tmp_path / "env.py"
-    # What the rank's code sees, and what `ps e` shows of the rank and of its parent (the fork server).
+    # What the rank's code sees, and what `ps e` shows of the rank, of its parent (the fork server)
+    # and of the launcher; the fork server's command line says whether it is the launcher forked.
     script.write_text("import os, sys\n"
-                      "proc = [open(f'/proc/{pid}/environ', 'rb').read() for pid in (os.getpid(), os.getppid())]\n"
+                      "ppid = os.getppid()\n"
+                      "launcher = int(next(l.split()[1] for l in open(f'/proc/{ppid}/status') if l.startswith('PPid:')))\n"
+                      "proc = [open(f'/proc/{pid}/environ', 'rb').read() for pid in (os.getpid(), ppid, launcher)]\n"
+                      "server = open(f'/proc/{ppid}/cmdline', 'rb').read().split(b'\\0')\n"
                       "open(os.path.join(os.environ['OUT_DIR'], 'env' + os.environ['RANK']), 'w').write(\n"
-                      "    repr(dict(os.environ)) + repr(sys.argv) + repr(proc))\n")
+                      "    repr(dict(os.environ)) + repr(sys.argv) + repr(proc))\n"
+                      "open(os.path.join(os.environ['OUT_DIR'], 'server' + os.environ['RANK']), 'wb').write(b' '.join(server))\n")
     secret = tmp_path / "secret"
     secret.write_text(SECRET)
     secret.chmod(0o600)
     by_env, by_file = {"NPU_MIGRATE_JOB_SECRET": SECRET}, ["--secret-file", str(secret)]
     for flags, given in (([], by_env), (by_file, {}), (by_file, by_env)):
         env = child_env(OUT_DIR=str(tmp_path), **given)
-        result = subprocess.run([sys.executable, "-m", "npu_migrate.launch", *flags, "--device-num", "2", str(script)],
-                                env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+        argv = ["-m", "npu_migrate.launch", *flags, "--device-num", "2", str(script)]
+        result = subprocess.run([sys.executable, *argv], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert result.returncode == 0, result.stderr
         assert SECRET not in result.stdout + result.stderr
         for rank in (0, 1):
             seen = (tmp_path / f"env{rank}").read_text()
-            assert SECRET not in seen and "NPU_MIGRATE_JOB_SECRET" not in seen
+            # The blocks in /proc may name the descriptor the secret came through (a number), never the secret.
+            assert SECRET not in seen and "NPU_MIGRATE_JOB_SECRET=" not in seen
+            assert "'NPU_MIGRATE_JOB_SECRET" not in seen  # nothing of it in the rank's os.environ
             assert "'TORCHELASTIC_USE_AGENT_STORE': 'True'" in seen
+            if sys.version_info >= (3, 10):  # sys.orig_argv: the launcher ran itself again, then forked its fork server
+                assert (tmp_path / f"server{rank}").read_text().split()[1:] == argv
             os.unlink(tmp_path / f"env{rank}")
 
 
