@@ -46,6 +46,13 @@ class ProbeJob:
             self.probe.prepare_directory(self.world_size)
         self.probe.export()
 
+    def in_fork_server(self) -> None:
+        """In a fork server forked from the launcher: what the bootstrap ``sitecustomize`` arms in a
+        new one (each worker starts recording when it starts)."""
+        from npu_migrate.compare import _hook
+
+        _hook.arm()
+
     def describe(self, device: str) -> str:
         return ""
 

@@ -201,13 +201,15 @@ def _run(args: argparse.Namespace) -> int:
     os.environ.pop(secret.FD_ENV, None)
     options = LaunchOptions.from_args(args)
     jobs = features.jobs_for(args)  # every feature checks its flags before anything starts
+    exported: frozenset[str] = frozenset()
     if not args.dry_run:
         # Before the fork server starts: it imports torch, and the features must be armed there.
-        features.prepare(jobs)
+        exported = features.prepare(jobs)
+    arm = features.fork_server_arming(jobs)
     methods: list[str] = []
     try:
-        cfg = make_config(options, identity=target.identity(),
-                          before_device=None if args.dry_run else lambda: methods.append(start_fork_server()))
+        cfg = make_config(options, identity=target.identity(), before_device=None if args.dry_run else
+                          lambda: methods.append(start_fork_server(exported, arm)))
     except BaseException:
         features.discard(jobs)  # refused (or interrupted) before the job: no worker will use what they made
         raise

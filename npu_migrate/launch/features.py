@@ -13,7 +13,8 @@ Usage::
     # in the launcher (npu_migrate/launch/cli.py)
     features.add_arguments(parser)
     jobs = features.jobs_for(args)            # every feature's checks, before anything starts
-    features.prepare(jobs)                    # before the fork server: the workers inherit the environment
+    exported = features.prepare(jobs)         # before the fork server: the workers inherit the environment
+    arm = features.fork_server_arming(jobs)   # a fork server forked from the launcher runs it (None: cannot)
     code = features.finish(jobs, code, say)   # after the job: reports, clean-up, maybe exit 1
 
 The launcher knows features only through the two protocols here, and a feature needs nothing from
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 from typing import Callable, Protocol
 
 BUILT_IN: tuple[str, ...] = (
@@ -62,6 +64,12 @@ class FeatureJob(Protocol):
 
     def discard(self) -> None:
         """The job was refused or interrupted after :meth:`prepare` and before it started: clean up."""
+
+    # Optional: ``in_fork_server(self) -> None``. In a fork server forked from the launcher (not a
+    # new interpreter, :mod:`.forked_server`), before its first worker: arm what the environment
+    # :meth:`prepare` exported arms at a new interpreter's start-up (a start-up hook waiting for
+    # ``import torch``), or nothing where the workers read it as they run. A job without it has its
+    # fork server started as a new interpreter whenever it changed the environment.
 
 
 class LaunchFeature(Protocol):
@@ -107,8 +115,13 @@ def jobs_for(args: argparse.Namespace) -> list[FeatureJob]:
     return [job for job in (feature.for_job(args) for feature in active()) if job is not None]
 
 
-def prepare(jobs: list[FeatureJob]) -> None:
-    """Each job's :meth:`FeatureJob.prepare`; where one fails, the ones prepared before it are discarded."""
+def prepare(jobs: list[FeatureJob]) -> frozenset[str]:
+    """Each job's :meth:`FeatureJob.prepare`; where one fails, the ones prepared before it are discarded.
+
+    Returns:
+        The names of the variables the jobs set, changed or removed: the workers' environment.
+    """
+    before = dict(os.environ)
     done: list[FeatureJob] = []
     try:
         for job in jobs:
@@ -117,6 +130,21 @@ def prepare(jobs: list[FeatureJob]) -> None:
     except BaseException:
         discard(done)
         raise
+    return frozenset(name for name in set(before) | set(os.environ) if before.get(name) != os.environ.get(name))
+
+
+def fork_server_arming(jobs: list[FeatureJob]) -> Callable[[], None] | None:
+    """What a fork server forked from the launcher runs before its first worker: every job's
+    ``in_fork_server`` (see :class:`FeatureJob`); None where a job has none."""
+    hooks = [getattr(job, "in_fork_server", None) for job in jobs]
+    if any(hook is None for hook in hooks):
+        return None
+
+    def arm() -> None:
+        for hook in hooks:
+            hook()
+
+    return arm
 
 
 def discard(jobs: list[FeatureJob]) -> None:

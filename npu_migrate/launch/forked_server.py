@@ -23,13 +23,16 @@ does both with one import:
 
 "Still in that state" means: Linux, one thread, torch not imported yet, and the environment it
 started with (``/proc/self/environ``), ``TORCH_DEVICE_BACKEND_AUTOLOAD`` aside (the preload sets
-it itself) and ``NPU_MIGRATE_JOB_SECRET_FD`` (a descriptor's number, which the launcher reads and
-takes out). Anything else keeps multiprocessing's new interpreter: an API caller that imported
-torch; ``--migrate`` or ``--probe``, which export their start-up hook for the fork server's start;
-a job secret still in ``NPU_MIGRATE_JOB_SECRET``, which the launcher takes out of the environment
-(a forked child's ``/proc/PID/environ``, what ``ps e`` shows, would still hold it; a launcher
-started from the command line runs itself again without it first, :mod:`.secret`); another Python
-whose fork server command this module cannot read; ``NPU_MIGRATE_START_METHOD=forkserver-fresh``.
+it itself), ``NPU_MIGRATE_JOB_SECRET_FD`` (a descriptor's number, which the launcher reads and
+takes out) and what the launcher's features export for the workers where each of them says what
+to arm in the fork server instead (``--migrate`` and ``--probe`` export a start-up hook that a new
+interpreter's ``sitecustomize`` arms; the forked fork server arms it itself, and it waits for each
+worker's ``resume`` there). Anything else keeps multiprocessing's new interpreter: an API caller
+that imported torch; a feature that exports variables and does not say what they arm; a job
+secret still in ``NPU_MIGRATE_JOB_SECRET``, which the launcher takes out of the environment (a
+forked child's ``/proc/PID/environ``, what ``ps e`` shows, would still hold it; a launcher started
+from the command line runs itself again without it first, :mod:`.secret`); another Python whose
+fork server command this module cannot read; ``NPU_MIGRATE_START_METHOD=forkserver-fresh``.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -70,8 +73,9 @@ def initial_environ() -> dict[str, str] | None:
             (item.partition(b"=") for item in raw.split(b"\0")) if sep}
 
 
-def _as_if_new() -> bool:
-    """Whether a child forked now would start like a new interpreter (the module docstring says when)."""
+def _as_if_new(exported: Collection[str] = ()) -> bool:
+    """Whether a child forked now would start like a new interpreter (the module docstring says when),
+    the variables in ``exported`` aside (the caller arms what they would arm at start-up)."""
     if not sys.platform.startswith("linux") or "torch" in sys.modules:
         return False
     if os.environ.get(START_METHOD_ENV, "forkserver") != "forkserver":  # FRESH, or spawn
@@ -86,8 +90,9 @@ def _as_if_new() -> bool:
         return False
     # Removed variables count too: a forked child's /proc/PID/environ (what `ps e` shows) is still
     # the block this process started with, so a job secret read from there would reach every worker.
-    return ({k: v for k, v in initial.items() if k not in _SET_BY_PRELOAD | _TAKEN_OUT}
-            == {k: v for k, v in os.environ.items() if k not in _SET_BY_PRELOAD})
+    aside = _SET_BY_PRELOAD | frozenset(exported)
+    return ({k: v for k, v in initial.items() if k not in aside | _TAKEN_OUT}
+            == {k: v for k, v in os.environ.items() if k not in aside})
 
 
 def _server_call(args: list[str]) -> tuple[list[Any], dict[str, Any]]:
@@ -154,8 +159,10 @@ def _drop_what_a_new_interpreter_lacks(keep: set[int], at_exit: Callable[[], Non
                 pass
 
 
-def _fork_server(args: list[str], passfds: list[int], at_exit: Callable[[], None]) -> int:
-    """Fork this process and run multiprocessing's fork server ``main`` in the child; return its pid."""
+def _fork_server(args: list[str], passfds: list[int], at_exit: Callable[[], None],
+                 arm: Callable[[], None] | None) -> int:
+    """Fork this process and run multiprocessing's fork server ``main`` in the child (after ``arm``);
+    return its pid."""
     positional, keywords = _server_call(args)
     from multiprocessing import forkserver
 
@@ -167,6 +174,8 @@ def _fork_server(args: list[str], passfds: list[int], at_exit: Callable[[], None
     code = 1
     try:
         _drop_what_a_new_interpreter_lacks(set(passfds), at_exit)
+        if arm is not None:
+            arm()  # what the features' variables arm at a new interpreter's start-up
         forkserver.main(*positional, **keywords)
         code = 0
     except SystemExit as exc:  # main's way out: every launcher end of the alive pipe closed
@@ -186,7 +195,7 @@ def _fork_server(args: list[str], passfds: list[int], at_exit: Callable[[], None
 
 
 @contextmanager
-def _forking_spawn(at_exit: Callable[[], None]) -> Iterator[None]:
+def _forking_spawn(at_exit: Callable[[], None], arm: Callable[[], None] | None) -> Iterator[None]:
     """While inside: multiprocessing's ``spawnv_passfds`` forks this process for the fork server.
 
     Where multiprocessing's command is not one :func:`_server_call` reads, the call starts the new
@@ -198,7 +207,7 @@ def _forking_spawn(at_exit: Callable[[], None]) -> Iterator[None]:
 
     def fork_or_spawn(path: str, args: list[str], passfds: Any) -> int:
         try:
-            return _fork_server(list(args), list(passfds), at_exit)
+            return _fork_server(list(args), list(passfds), at_exit, arm)
         except _Unreadable:
             return spawn(path, args, passfds)
 
@@ -210,12 +219,17 @@ def _forking_spawn(at_exit: Callable[[], None]) -> Iterator[None]:
 
 
 
-def start(preloaded: Sequence[str], at_exit: Callable[[], None]) -> bool:
+def start(preloaded: Sequence[str], at_exit: Callable[[], None], exported: Collection[str] = (),
+          arm: Callable[[], None] | None = None) -> bool:
     """Start multiprocessing's fork server as a fork of this process, after one ``import torch``.
 
     Args:
         preloaded: what the fork server's preload imports, imported here instead.
         at_exit: the fork server's exit handler (it replaces this process's own there).
+        exported: variables the launcher's features set since this process started.
+        arm: run in the fork server before its first worker, for those variables: what a new
+            interpreter's start-up hook would arm (migration, the probe, waiting for the workers'
+            ``resume``). None: with ``exported``, the fork server starts as a new interpreter.
 
     Call with the fork server's preload set (:data:`npu_migrate.launch.forkserver.PRELOAD`) and
     before this process imports torch. When the preload is imported again in the fork server,
@@ -228,14 +242,14 @@ def start(preloaded: Sequence[str], at_exit: Callable[[], None]) -> bool:
             fork server is not started then.
         RuntimeError: torch's "Failed to load the backend extension" after the fork server started.
     """
-    if not _as_if_new():
+    if not _as_if_new(exported if arm is not None else ()):
         return False
     from multiprocessing import forkserver
 
     from npu_migrate import _torch_hook
 
     _torch_hook.import_held(preloaded)  # what the preload imports; an error here is the launcher's
-    with _forking_spawn(at_exit):
+    with _forking_spawn(at_exit, arm):
         forkserver.ensure_running()
     cpplog.quiet_loaded()
     _torch_hook.resume()

@@ -17,6 +17,7 @@ import multiprocessing
 import os
 import signal
 import sys
+from collections.abc import Callable, Collection
 
 from npu_migrate.launch import cpplog, forked_server
 
@@ -100,17 +101,23 @@ def _short_socket_dir() -> None:
             return
 
 
-def start_fork_server() -> str:
+def start_fork_server(exported: Collection[str] = (), arm: Callable[[], None] | None = None) -> str:
     """Start the fork server that preloads torch; return the method. Call before this process imports
     torch: where it can, this process imports torch here and forks itself into the fork server
-    (:mod:`.forked_server`), else multiprocessing starts the fork server as a new interpreter."""
+    (:mod:`.forked_server`), else multiprocessing starts the fork server as a new interpreter.
+
+    Args:
+        exported: variables the launcher's features set for the workers since it started.
+        arm: what a fork server forked from here runs for them before its first worker (what a new
+            interpreter's start-up would arm); None: with ``exported``, a new interpreter it is.
+    """
     method = os.environ.get(forked_server.START_METHOD_ENV, "forkserver")
     if method in ("forkserver", forked_server.FRESH) and "forkserver" in multiprocessing.get_all_start_methods():
         from multiprocessing import forkserver
 
         _short_socket_dir()
         forkserver.set_forkserver_preload(PRELOAD)
-        if not forked_server.start(PRELOADED, kill_worker_groups):  # one import of torch for both, where it can
+        if not forked_server.start(PRELOADED, kill_worker_groups, exported, arm):  # one import of torch, where it can
             forkserver.ensure_running()
             cpplog.default_for_later()  # this process imports torch after this: c10 reads it then
         return "forkserver"

@@ -40,6 +40,13 @@ class MigrationJob:
         self.report_dir = tempfile.mkdtemp(prefix="npu_migrate_report_")
         environment.export_environment(args.device, args.nproc or 1, self.report_dir)
 
+    def in_fork_server(self) -> None:
+        """In a fork server forked from the launcher: what the bootstrap ``sitecustomize`` arms in a
+        new one (the workers install migration when they start)."""
+        from npu_migrate.migrate import hook
+
+        hook.arm()
+
     def describe(self, device: str) -> str:
         return f"CUDA calls migrated to {device}"
 

@@ -34,6 +34,9 @@ class OperatorLines:
         if self.strict:  # before the fork server starts: every worker inherits it
             os.environ[STRICT_ENV] = "1"
 
+    def in_fork_server(self) -> None:
+        """Nothing to arm: each rank reads the variable as it runs."""
+
     def describe(self, device: str) -> str:
         return ""
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import os
 import socket
 from pathlib import Path
 
@@ -162,6 +163,35 @@ def test_hooks_run_in_order_and_a_feature_can_fail_a_job_that_succeeded() -> Non
     with pytest.raises(RuntimeError, match="prepare failed"):
         features.prepare([Recorder(calls, "a"), Recorder(calls, "b", fails=True), Recorder(calls, "c")])
     assert calls == ["a.prepare", "b.prepare", "a.discard"]
+
+
+class Exporter(Recorder):
+    """A job that exports a variable for the workers and says what it arms in a forked fork server."""
+
+    def prepare(self) -> None:
+        super().prepare()
+        os.environ["NPU_MIGRATE_TEST_EXPORTED"] = self.name
+
+    def in_fork_server(self) -> None:
+        self.calls.append(f"{self.name}.in_fork_server")
+
+
+def test_what_the_jobs_export_and_what_a_forked_fork_server_arms_for_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fork server forked from the launcher runs every job's ``in_fork_server``; a job without one
+    sends the fork server back to a new interpreter (None), whose start-up reads the environment."""
+    monkeypatch.delenv("NPU_MIGRATE_TEST_EXPORTED", raising=False)
+    calls: list[str] = []
+    jobs: list[FeatureJob] = [Exporter(calls, "a"), Exporter(calls, "b")]
+    assert features.prepare(jobs) == {"NPU_MIGRATE_TEST_EXPORTED"}
+    arm = features.fork_server_arming(jobs)
+    assert arm is not None
+    arm()
+    assert calls == ["a.prepare", "b.prepare", "a.in_fork_server", "b.in_fork_server"]
+    assert features.prepare([]) == frozenset() and features.fork_server_arming([]) is not None
+    assert features.fork_server_arming([*jobs, Recorder(calls, "c")]) is None
+    assert all(callable(getattr(job, "in_fork_server", None)) for job in
+               (feature.for_job(build_parser().parse_args(["--migrate", "--probe", "p", "--strict-ops", "t.py"]))
+                for feature in features.active()))
 
 
 def test_builtin_features_keep_the_launcher_flags() -> None:

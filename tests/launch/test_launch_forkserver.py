@@ -102,3 +102,53 @@ def test_only_multiprocessing_s_own_fork_server_command_is_run_in_the_fork() -> 
                     "import os; os.system('true')", head + "main(1); main(2)", head + "main(*[1])", "main(1"):
         with pytest.raises(forked_server._Unreadable):
             forked_server._server_call(["python", "-c", command])
+
+
+FEATURE_JOB = """
+import json, os
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("nccl" if os.environ["CASE"] == "migrate" else "gloo")
+device = torch.device("cuda" if os.environ["CASE"] == "migrate" else "cpu")
+model = torch.nn.Linear(3, 1).to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(2):
+    loss = model(torch.ones(4, 3, device=device)).square().mean()
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+x = torch.ones(1, device=device)
+dist.all_reduce(x)
+with open(f"/proc/{os.getppid()}/cmdline", "rb") as fh:
+    server_argv = [a.decode() for a in fh.read().split(b"\\0") if a]
+dist.destroy_process_group()
+with open(os.path.join(os.environ["OUT_DIR"], f"rank{os.environ['RANK']}.json"), "w") as fh:
+    json.dump({"server_argv": server_argv, "sum": x.item()}, fh)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["migrate", "probe"])
+def test_migration_and_the_probe_arm_in_a_fork_server_forked_from_the_launcher(tmp_path: Path, case: str) -> None:
+    """``--migrate`` and ``--probe`` export a start-up hook for the workers; the launcher still forks
+    its fork server from itself (one import of torch), which arms the hook a new interpreter would."""
+    script = tmp_path / "job.py"
+    script.write_text(FEATURE_JOB)
+    flags = (["--migrate", "--migrate-report", str(tmp_path / "report.json")] if case == "migrate"
+             else ["--probe", str(tmp_path / "probe")])
+    args = ("--device", "cpu", "--device-num", "2", *flags, str(script))
+    job = Launch(tmp_path, *args, CASE=case)
+    assert job.wait() == 0, job.err
+    got = reports(tmp_path, 2)
+    assert [r["sum"] for r in got] == [2.0, 2.0]
+    assert {tuple(r["server_argv"][1:]) for r in got} == {("-m", "npu_migrate.launch", *args)}
+    if case == "migrate":  # every rank's CUDA calls went to the CPU, and said so
+        report = json.loads((tmp_path / "report.json").read_text())
+        assert report["processes"] == 2 and report["targets"] == ["cpu"], report
+        assert {api: row["processes"] for api, row in report["apis"].items()} == {
+            "init_process_group(backend=)": 2, "Module.to": 2, "torch.ones(device=)": 2}, report
+    else:  # every rank recorded its two optimizer steps
+        for rank in (0, 1):
+            steps = [json.loads(line) for line in (tmp_path / "probe" / f"rank{rank}.jsonl").read_text().splitlines()]
+            assert len([s for s in steps if s.get("kind") == "step"]) == 2, steps
