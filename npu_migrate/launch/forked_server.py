@@ -218,7 +218,6 @@ def _forking_spawn(at_exit: Callable[[], None], arm: Callable[[], None] | None) 
         util.spawnv_passfds = spawn
 
 
-
 def start(preloaded: Sequence[str], at_exit: Callable[[], None], exported: Collection[str] = (),
           arm: Callable[[], None] | None = None) -> bool:
     """Start multiprocessing's fork server as a fork of this process, after one ``import torch``.
