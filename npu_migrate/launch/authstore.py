@@ -55,13 +55,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+import os
 import threading
 import uuid
 from typing import Any, Callable
 
 from npu_migrate.launch.errors import say
 from npu_migrate.launch.padded_store import PaddedStore, pad, unpad
-from npu_migrate.launch.secret import SECRET_ENV, load_secret
+from npu_migrate.launch.secret import FD_ENV, load_secret
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +90,11 @@ def use_secret(secret: bytes | None) -> None:
 
 
 def job_secret() -> bytes | None:
-    """The secret :func:`use_secret` chose, else the one in :data:`SECRET_ENV` (for ``spawn()``)."""
+    """The secret :func:`use_secret` chose, else the environment's (for ``spawn()``): a descriptor
+    in :data:`FD_ENV` is read once, and its secret kept for the next jobs."""
+    if _chosen is None and os.environ.get(FD_ENV):
+        use_secret(load_secret())
+        os.environ.pop(FD_ENV, None)
     return _chosen if _chosen is not None else load_secret()
 
 

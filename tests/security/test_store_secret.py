@@ -200,6 +200,19 @@ def test_a_secret_on_a_descriptor_is_read_once_and_bad_ones_are_named(tmp_path: 
         load_secret(environ={FD_ENV: "three"})
     with pytest.raises(LaunchUsageError, match=rf"^--secret-file and {FD_ENV} both give the job secret: use one"):
         load_secret(str(tmp_path / "secret"), environ={FD_ENV: "3"})
+    # A spawn() caller's descriptor is read at its first job, and the secret kept for the next ones.
+    from npu_migrate.launch import authstore
+
+    reader, writer = os.pipe()
+    os.write(writer, SECRET.encode())
+    os.close(writer)
+    os.environ[FD_ENV] = str(reader)
+    try:
+        assert [authstore.job_secret(), authstore.job_secret()] == [SECRET.encode()] * 2
+        assert FD_ENV not in os.environ
+    finally:
+        os.environ.pop(FD_ENV, None)
+        authstore.use_secret(None)
     result = run_cli("launch", "--dry-run", "--device-num", "1", str(JOB), env=child_env(**{FD_ENV: "99"}))
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert result.stderr.strip().endswith(f"error: {FD_ENV}=99 cannot be read (Bad file descriptor): expected an "
