@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import functools
 import re
+import sys
 import weakref
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
 from npu_migrate.compare import records
-from npu_migrate.compare.settings import ProbeSettings
+from npu_migrate.compare.settings import COMPILED_ONLY, ProbeSettings
 from npu_migrate.compare.stats import ModuleStats, dtype_name, tensor_stats
 
 _MAX_NEST = 3  # how deep inputs/outputs made of tuples, lists and dicts are searched for tensors
@@ -32,6 +33,71 @@ _MAX_NEST = 3  # how deep inputs/outputs made of tuples, lists and dicts are sea
 def wrapper_types() -> tuple[type, ...]:
     """Module classes that only wrap ``.module`` and are not recorded themselves (DDP, DataParallel)."""
     return (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
+
+
+def is_compiled(module: torch.nn.Module) -> bool:
+    """Whether ``module`` is what ``torch.compile(model)`` returns (an ``OptimizedModule``)."""
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")  # none loaded: nothing was compiled
+    optimized = getattr(eval_frame, "OptimizedModule", None)
+    return optimized is not None and isinstance(module, optimized)
+
+
+def unwrapped(module: torch.nn.Module) -> torch.nn.Module:
+    """The model inside DDP, DataParallel and ``torch.compile`` wrappers, nested in any order."""
+    while True:
+        if isinstance(module, wrapper_types()):
+            module = module.module
+        elif is_compiled(module):
+            module = module._orig_mod
+        else:
+            return module
+
+
+OLD_DYNAMO = not hasattr(getattr(torch, "compiler", None), "is_compiling")
+"""torch < 2.3, whose dynamo compiles every frame a compiled model calls (see :func:`outside_compile`)."""
+compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or torch._utils.is_compiling
+"""True while dynamo traces (``torch.compile``): a constant to it, so a hook that returns at once
+when it is true adds nothing to the graph (torch >= 2.3 ``torch.compiler``, else ``torch._utils``)."""
+
+
+def outside_compile(hook: Callable[..., None]) -> Callable[..., None]:
+    """``hook`` as a global module hook that ``torch.compile`` never compiles.
+
+    Traced by dynamo, it does nothing (:data:`compiling` is a constant there, so even
+    ``fullgraph=True`` sees no break). torch < 2.3's dynamo also calls it on fake tensors (to learn
+    a module's outputs), where it does nothing either, and compiles every Python frame called while
+    a compiled model runs: once torch._dynamo is loaded, npu_migrate's other files join its skip
+    list (``torch._dynamo.skipfiles``), so what the hook calls runs as plain Python. torch._dynamo
+    is never imported for that: a process that loaded none compiled nothing.
+    """
+
+    @functools.wraps(hook)
+    def run(*args: Any) -> None:
+        if compiling():
+            return None
+        if OLD_DYNAMO and "torch._dynamo" in sys.modules:
+            _skip_in_dynamo()
+            fake = getattr(sys.modules.get("torch._subclasses.fake_tensor"), "FakeTensor", None)
+            if fake is not None and any(isinstance(t, fake) for _, t in tensors_in(args[1], "")):
+                return None  # dynamo running a module on fake tensors to learn its outputs
+        return hook(*args)
+
+    return run
+
+
+_SKIPPED: list[bool] = []
+
+
+def _skip_in_dynamo() -> None:
+    """Put npu_migrate's files on torch 2.1's dynamo skip list, once (newer torch: nothing to do)."""
+    if _SKIPPED:
+        return
+    _SKIPPED.append(True)
+    skipfiles = sys.modules.get("torch._dynamo.skipfiles")
+    if skipfiles is not None and hasattr(skipfiles, "add"):
+        for name in [n for n in sys.modules if n.split(".")[0] == "npu_migrate" and n != __name__]:
+            if getattr(sys.modules[name], "__file__", None):
+                skipfiles.add(name)
 
 
 def tensors_in(value: Any, prefix: str, depth: int = 0) -> Iterator[tuple[str, torch.Tensor]]:
@@ -58,6 +124,7 @@ class ModuleHooks:
     _world_size: int
     _step: int
     _module_records: int
+    _compiled_forwards: int
     _names: weakref.WeakKeyDictionary
     _selected_names: dict[str, bool]
     _layouts: dict[tuple, int]
@@ -101,6 +168,8 @@ class ModuleHooks:
             return [f"--probe-modules {self.settings.modules!r} matched none of the {len(names)} modules ({shown})"]
         if names and self._step:
             return [f"--probe-steps {self.settings.steps} matched none of the {self._step} optimizer step(s) run"]
+        if self._compiled_forwards:
+            return [COMPILED_ONLY]
         return ["no module ran forward with gradients enabled"]
 
     def _take_modules(self, step: int) -> ModuleStats | None:
@@ -124,7 +193,7 @@ class ModuleHooks:
     # ------------------------------------------------------------------ per module
 
     def _name_tree(self, root: torch.nn.Module) -> None:
-        inner = root.module if isinstance(root, wrapper_types()) else root
+        inner = unwrapped(root)
         if inner is not root:
             self._names[root] = ""
         base = type(inner).__name__
@@ -156,9 +225,15 @@ class ModuleHooks:
         self._stack.append((module, name, call, inputs))
         return None
 
+    def _modules_off(self) -> bool:
+        """torch < 2.3, once a compiled model ran: its dynamo fails (an AssertionError in the user's
+        forward) where module hooks register tensor hooks around compiled regions, so per-module
+        records stop (the end record says why); steps are still recorded."""
+        return OLD_DYNAMO and self._compiled_forwards > 0
+
     def _forward_post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
-        if not torch.is_grad_enabled() or not self._stack:
-            return None
+        if compiling() or self._modules_off() or not torch.is_grad_enabled() or not self._stack:
+            return None  # inside a compiled region the hook is not traced into the graph
         while self._stack:  # frames of forwards that raised are dropped
             frame = self._stack.pop()
             if frame[0] is module:

@@ -49,7 +49,7 @@ import torch
 
 from npu_migrate import fileio, optim_steps, redact
 from npu_migrate.compare import records
-from npu_migrate.compare.module_hooks import ModuleHooks, wrapper_types
+from npu_migrate.compare.module_hooks import ModuleHooks, compiling, is_compiled, outside_compile, unwrapped
 from npu_migrate.compare.settings import ProbeError, ProbeSettings, StepRange, parse_ranks
 from npu_migrate.compare.stats import autocast_dtype, dtype_name, fenced, float32_math, step_records
 from npu_migrate.compare.writer import DeviceFence, RecordWriter
@@ -116,6 +116,7 @@ class Probe(ModuleHooks):
         self._seed_done = not self.settings.seed_checkpoint
         self._step = 0  # optimizer steps done
         self._module_records = 0
+        self._compiled_forwards = 0  # calls of a torch.compile'd model: its modules are not recorded
         self._seen_steps_with_modules = 0
         self._warned_pattern = False
         self._reset_step()
@@ -140,10 +141,10 @@ class Probe(ModuleHooks):
 
         self._handles = [
             optim_steps.watch(before=self._before_step, after=self._after_step),
-            nn_module.register_module_forward_pre_hook(self._forward_pre),
+            nn_module.register_module_forward_pre_hook(outside_compile(self._forward_pre)),
         ]
         if self._modules_level:
-            self._handles.append(nn_module.register_module_forward_hook(self._forward_post))
+            self._handles.append(nn_module.register_module_forward_hook(outside_compile(self._forward_post)))
         _ORIGINAL_BACKWARD = torch.Tensor.backward
         torch.Tensor.backward = functools.wraps(_ORIGINAL_BACKWARD)(_patched_backward)  # type: ignore[method-assign]
         _ACTIVE = self
@@ -332,8 +333,12 @@ class Probe(ModuleHooks):
             self._reset_step()
 
     def _forward_pre(self, module: torch.nn.Module, args: Any) -> None:
-        if not torch.is_grad_enabled():
-            return None  # evaluation and no_grad forwards are not part of a training step
+        if compiling() or not torch.is_grad_enabled():
+            # Evaluation and no_grad forwards are not part of a training step; inside a compiled
+            # region dynamo would trace the hook into the graph (or fail on it, fullgraph=True).
+            return None
+        if is_compiled(module):  # its own call runs eagerly; the modules inside run compiled
+            self._compiled_forwards += 1
         if not self._seed_done and not self._stack:
             self._seed(module)
         if self.settings.no_dropout and isinstance(module, torch.nn.modules.dropout._DropoutNd) and module.p:
@@ -342,7 +347,7 @@ class Probe(ModuleHooks):
             self._autocast = autocast_dtype(self._device_type)
         if not self._float32_read:
             self._float32, self._float32_read = float32_math(self._device_type), True
-        if not self._modules_level:
+        if not self._modules_level or self._modules_off():
             return None
         if not self._open():
             return None
@@ -351,7 +356,7 @@ class Probe(ModuleHooks):
     # ------------------------------------------------------------------ comparable runs
 
     def _seed(self, root: torch.nn.Module) -> None:
-        model = root.module if isinstance(root, wrapper_types()) else root
+        model = unwrapped(root)
         if not any(True for _ in model.parameters()):
             return
         self._seed_done = True

@@ -322,6 +322,12 @@ def missing_recordings(directory: str) -> str | None:
             "forward (or the probe could not start; see the messages above)")
 
 
+COMPILED_ONLY = ("no module ran forward outside torch.compile: the model ran compiled, and the modules inside "
+                 "torch.compile are not recorded (the hooks would change the compiled graph); to record them, run "
+                 "with TORCHDYNAMO_DISABLE=1 (the model then runs eagerly)")
+"""Why a rank recorded no module at ``--probe-level modules`` when its model only ran compiled."""
+
+
 def finish_job(settings: ProbeSettings | None, code: int) -> int:
     """After a job: turn a filter that matched nothing into exit 1, with one line saying why."""
     if settings is None:
@@ -332,7 +338,9 @@ def finish_job(settings: ProbeSettings | None, code: int) -> int:
         return 1
     reasons = unmatched_filters(settings.directory)
     if reasons and code == 0:
-        print(f"npu-migrate: error: --probe {settings.directory}: {'; '.join(reasons)}. Nothing was recorded per "
-              "module: check --probe-modules, --probe-steps and --probe-ranks.", file=sys.stderr, flush=True)
+        fix = "" if set(reasons) == {COMPILED_ONLY} else (" Nothing was recorded per module: check --probe-modules, "
+                                                          "--probe-steps and --probe-ranks.")
+        print(f"npu-migrate: error: --probe {settings.directory}: {'; '.join(reasons)}.{fix}", file=sys.stderr,
+              flush=True)
         return 1
     return code

@@ -197,6 +197,41 @@ def test_a_script_that_compiles_is_recorded_step_by_step(tmp_path: Path) -> None
         assert sorted(rec.steps) == [1, 2, 3] and rec.end is not None
 
 
+COMPILED = Path(__file__).with_name("scripts") / "compiled_model.py"
+
+
+@pytest.mark.slow
+@pytest.mark.every_torch  # torch 2.1's dynamo compiles the frames a compiled model calls, hooks' too
+@pytest.mark.parametrize("level", ["steps", "modules"])
+def test_a_model_compiled_before_its_first_forward_trains_as_it_would_without_the_probe(
+        tmp_path: Path, level: str) -> None:
+    """The probe's hooks never enter a compiled graph (fullgraph=True breaks on nothing): steps are
+    recorded; modules inside a compiled region are not (the hooks would change the graph), which
+    the job's end says with its fix, and TORCHDYNAMO_DISABLE=1 records them under the model's names."""
+    plain = subprocess.run([sys.executable, str(COMPILED), "--fullgraph"], capture_output=True, text=True,
+                           timeout=240, env=child_env(), cwd=tmp_path)
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    probe = tmp_path / "p"
+    result = run_cli("run", "--probe", str(probe), "--probe-level", level, str(COMPILED), "--fullgraph", timeout=240)
+    assert result.stdout == plain.stdout, result.stderr[-3000:]  # the same losses, every step
+    rec = read_rank_file(str(probe / "rank0.jsonl"), 0)
+    assert sorted(rec.steps) == [1, 2, 3]
+    if level == "steps":
+        assert result.returncode == 0, result.stderr[-3000:]
+        return
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"npu-migrate: error: --probe {probe}: no module ran forward outside torch.compile: the model ran "
+        "compiled, and the modules inside torch.compile are not recorded (the hooks would change the compiled "
+        "graph); to record them, run with TORCHDYNAMO_DISABLE=1 (the model then runs eagerly)."), result.stderr[-3000:]
+    again = run_cli("run", "--probe", str(tmp_path / "eager"), "--probe-level", "modules", str(COMPILED),
+                    "--fullgraph", env=child_env(TORCHDYNAMO_DISABLE="1"), timeout=240)
+    assert again.returncode == 0 and again.stdout == plain.stdout, again.stderr[-3000:]
+    eager = read_rank_file(str(tmp_path / "eager" / "rank0.jsonl"), 0)
+    names = {entry.module for entries, _ in eager.modules.values() for entry in entries}
+    assert names == {"Sequential", "0", "1", "2"}  # the model's own names, not _orig_mod.0
+
+
 @pytest.mark.slow
 def test_npu_migrate_run_records_a_plain_process(tmp_path: Path) -> None:
     result = run_cli("run", "--device", "cpu", "--probe", str(tmp_path / "p"), str(TINY), "--steps", "2")
