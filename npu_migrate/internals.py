@@ -72,6 +72,12 @@ def _module() -> Any:
     return torch.nn.Linear(1, 1)
 
 
+def _compiled_module() -> Any:
+    import torch
+
+    return torch.compile(torch.nn.Linear(1, 1))  # nothing is compiled before its first call
+
+
 def _I(names: str | tuple[str, ...], used_in: str | tuple[str, ...], why: str, **kw: Any) -> Internal:  # noqa: N802
     return Internal(
         (names,) if isinstance(names, str) else names, (used_in,) if isinstance(used_in, str) else used_in, why, **kw)
@@ -117,6 +123,18 @@ INTERNALS: tuple[Internal, ...] = (
        "the flight record marks the end of a backward pass from inside it"),
     _I("torch.nn.modules.batchnorm._BatchNorm.forward", "migrate/patches/distributed.py",
        "SyncBatchNorm on the CPU target runs the plain batch norm forward"),
+    _I("torch._utils.is_compiling", "compare/module_hooks.py",
+       "the probe's module hooks do nothing where dynamo traces them (a constant there); torch >= 2.3 "
+       "has torch.compiler.is_compiling", until="2.2"),
+    _I("torch._dynamo.eval_frame.OptimizedModule._orig_mod", "compare/module_hooks.py",
+       "the model inside torch.compile's wrapper: module names are the model's own (and the seed "
+       "checkpoint its state), as for DDP", probe=_compiled_module),
+    _I("torch._dynamo.skipfiles.add", "compare/module_hooks.py",
+       "torch 2.1's dynamo compiles every frame a compiled model calls: the probe's files go on its skip "
+       "list; without it, a helper of the probe's hooks could be compiled", until="2.2"),
+    _I("torch._subclasses.fake_tensor.FakeTensor", "compare/module_hooks.py",
+       "torch 2.1's dynamo runs a module's hooks on fake tensors to learn its outputs: the probe's do nothing "
+       "there", until="2.2"),
     _I("torch.nn.modules.dropout._DropoutNd", "compare/probe.py",
        "--no-dropout finds every dropout module by their common base class"),
     _I("torch.nn.Module._parameters", "compare/module_hooks.py",

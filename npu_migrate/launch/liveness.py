@@ -70,10 +70,16 @@ def named_in(text: str, members: dict[int, Any], me: int) -> list[Any]:
 
     ``members`` maps node ranks to :class:`~.board.Member` (anything with ``addr``). When
     several nodes share an address (nodes on one host over loopback), each is named: the ping
-    then tells which of them is gone.
+    then tells which of them is gone. A connection error that names no other member's address
+    (a rank of this node closed first, its own peer gone) makes every other member a suspect.
     """
     wanted = set(addresses_in(text))
-    return [m for k, m in sorted(members.items()) if k != me and m.addr and _normal(m.addr) in wanted]
+    named = [m for k, m in sorted(members.items()) if k != me and m.addr and _normal(m.addr) in wanted]
+    if named or not wanted:
+        return named
+    # Only this node's own address, or none of the job's: the peer that closed was a rank of this
+    # node, itself ended by another node's loss; each other node is then a suspect.
+    return [m for k, m in sorted(members.items()) if k != me and m.addr]
 
 
 def _normal(addr: str) -> str:
@@ -152,7 +158,10 @@ def lost_record(member: Any, state: Liveness, seconds: float, failure: dict[str,
     """
     why = ("its launcher store stopped answering" if state is Liveness.GONE
            else f"its launcher stopped answering (no heartbeat for {seconds:g} s)")
+    text = f"{failure.get('message') or ''}\n{failure.get('traceback') or ''}"
+    named = member.addr and _normal(member.addr) in set(addresses_in(text))
+    then = f"lost its connection to {member.addr}" if named else "failed with a connection error"
     message = (f"lost node {member.node_rank} ({member.host}): {why}; then rank {failure.get('rank')} on node "
-               f"{node_rank} lost its connection to {member.addr}")
+               f"{node_rank} {then}")
     return {"kind": "lost", "node_rank": member.node_rank, "host": member.host, "owner": member.owner,
             "message": message, "time": min(last_beat, failure.get("time", last_beat)), "after": failure}

@@ -38,7 +38,10 @@ def test_addresses_in_an_error(text: str, found: list[str]) -> None:
 def test_the_named_nodes_are_the_other_members_with_those_addresses() -> None:
     assert [m.node_rank for m in named_in(GLOO, MEMBERS, me=0)] == [1]
     assert [m.node_rank for m in named_in("peer [2001:db8::3]:1", MEMBERS, me=0)] == [2]
-    assert named_in(GLOO, MEMBERS, me=1) == []  # its own address names no other node
+    # Its own address: a rank of this node closed first, itself ended by another node's loss (seen
+    # on namespace hosts: node 0 killed, rank 2 on node 1 failed on rank 3's closed connection).
+    assert [m.node_rank for m in named_in(GLOO, MEMBERS, me=1)] == [0, 2]
+    assert named_in("ValueError: boom on rank 3", MEMBERS, me=1) == []  # no address: no suspect
     assert named_in(GLOO, {k: Member(k, "h", "o", 0, None) for k in (0, 1)}, me=0) == []
 
 
@@ -47,6 +50,8 @@ def test_a_lost_record_puts_the_node_first_and_keeps_the_rank_failure() -> None:
     record = lost_record(MEMBERS[1], Liveness.SILENT, 5.0, failure, 0, last_beat=98.5)
     assert record["message"] == ("lost node 1 (gpu2 (192.0.2.2)): its launcher stopped answering (no heartbeat "
                                  "for 5 s); then rank 1 on node 0 lost its connection to 192.0.2.2")
+    suspect = lost_record(MEMBERS[0], Liveness.SILENT, 5.0, dict(failure, rank=2), 1, last_beat=98.5)
+    assert suspect["message"].endswith("; then rank 2 on node 1 failed with a connection error")
     assert (record["kind"], record["node_rank"], record["owner"], record["time"]) == ("lost", 1, "own1", 98.5)
     assert record["after"] is failure
 
