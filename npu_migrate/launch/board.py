@@ -60,7 +60,7 @@ from npu_migrate.launch import storewait, timing
 from npu_migrate.launch.errors import first_line
 from npu_migrate.launch.failure import order
 from npu_migrate.launch.jobstore import JobStore
-from npu_migrate.launch.liveness import Liveness, answer_pings, ask, lost_record, named_in
+from npu_migrate.launch.liveness import Liveness, answer_pings, ask, failure_text, lost_record, named_in
 from npu_migrate.launch.records import (
     FIELD_LIMIT,
     Event,
@@ -325,7 +325,7 @@ class Board:
         """
         js = self.js
         self.raise_event()  # the board may already say why (an abort ends ranks on every node)
-        text = f"{failure.get('message') or ''}\n{failure.get('traceback') or ''}"
+        text = failure_text(failure)
         with self._lock:
             members, changed = dict(self._members), dict(self._last_change)
         seconds = max(self.interval * timing.LOSS_CONFIRM_BEATS, self.cfg.node_timeout * timing.LOSS_CONFIRM_SHARE)

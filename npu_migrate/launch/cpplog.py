@@ -12,9 +12,9 @@ release's store) logs its error at ERROR with the C++ stack trace before it rais
 lines on the console above the launcher's own one-line error; so does every failed retry. The
 launcher reports every store failure itself, so in its own process only fatal C++ messages are
 shown. A fork server forked from the launcher, and so its workers, get ERROR (TCPStore's reverse
-look-ups and other warnings stay off the job's console). A level below ERROR the user set in ``TORCH_CPP_LOG_LEVEL`` (read
-when this module is imported, before the launcher sets its own default), INFO or WARNING, is kept
-everywhere. The launcher's API (:func:`npu_migrate.launch.spawn`) runs in a process that goes on
+look-ups and other warnings stay off the job's console). A level below ERROR the user set in
+``TORCH_CPP_LOG_LEVEL`` (read when this module is imported, before the launcher sets its own
+default), INFO or WARNING, is kept everywhere. The launcher's API (:func:`npu_migrate.launch.spawn`) runs in a process that goes on
 after the job: :func:`kept` gives it back the variable and c10's level it had.
 """
 

@@ -52,6 +52,11 @@ _IPV4 = re.compile(r"(?<![\d.])(\d{1,3}(?:\.\d{1,3}){3})(?![\d.]*\d)")
 _IPV6 = re.compile(r"\[([0-9A-Fa-f:]*:[0-9A-Fa-f:.]*)\]")
 
 
+def failure_text(failure: dict[str, Any]) -> str:
+    """What a rank's failure record says (its message and traceback): where its addresses are read."""
+    return f"{failure.get('message') or ''}\n{failure.get('traceback') or ''}"
+
+
 def addresses_in(text: str) -> list[str]:
     """The IP addresses written in ``text`` (a rank's error), normalised, in order, once each."""
     found: list[str] = []
@@ -158,8 +163,7 @@ def lost_record(member: Any, state: Liveness, seconds: float, failure: dict[str,
     """
     why = ("its launcher store stopped answering" if state is Liveness.GONE
            else f"its launcher stopped answering (no heartbeat for {seconds:g} s)")
-    text = f"{failure.get('message') or ''}\n{failure.get('traceback') or ''}"
-    named = member.addr and _normal(member.addr) in set(addresses_in(text))
+    named = member.addr and _normal(member.addr) in set(addresses_in(failure_text(failure)))
     then = f"lost its connection to {member.addr}" if named else "failed with a connection error"
     message = (f"lost node {member.node_rank} ({member.host}): {why}; then rank {failure.get('rank')} on node "
                f"{node_rank} {then}")

@@ -64,15 +64,12 @@ def _read_fd(value: str) -> bytes:
     except ValueError:
         raise LaunchUsageError(f"{FD_ENV}={value!r} is not a file descriptor: expected a number such as 3 "
                                f"(`{FD_ENV}=3 ... 3<FILE`).") from None
-    chunks = []
     try:
         with os.fdopen(fd, "rb", closefd=True) as fh:
-            while chunk := fh.read(65536):
-                chunks.append(chunk)
+            return fh.read().strip()
     except OSError as exc:
         raise LaunchUsageError(f"{FD_ENV}={fd} cannot be read ({exc.strerror}): expected an open descriptor "
                                "holding the job secret.") from None
-    return b"".join(chunks).strip()
 
 
 def load_secret(secret_file: str | None = None, environ: dict[str, str] | None = None) -> bytes | None:
