@@ -23,7 +23,7 @@ import libcst as cst
 
 from npu_migrate.errors import UnknownRuleError
 from npu_migrate.port.context import Rule
-from npu_migrate.port.matchers import api, checkpoint, devices, distributed, libs, npu, reports
+from npu_migrate.port.matchers import api, checkpoint, devices, distributed, libs, npu, ordinals, reports
 from npu_migrate.port.targets import STYLES, TARGETS  # noqa: F401 - re-exported for the CLI and tests
 
 _CALL = (cst.Call,)
@@ -66,9 +66,11 @@ RULES: tuple[Rule, ...] = (
     Rule("NM010", "visible-devices", '`os.environ["CUDA_VISIBLE_DEVICES"]`, `os.environ.get(...)`, `os.getenv(...)`, '
          '`"CUDA_VISIBLE_DEVICES" in os.environ`', "`os.environ[nm.visible_devices_env()]`",
          _CALL + (cst.Subscript, cst.Comparison), distributed.match_visible_devices, (r"CUDA_VISIBLE_DEVICES",)),
-    Rule("NM011", "index-device", "`.to(rank)`, `.to(local_rank)`, `.to(args.gpu)`, `.to(0)`: an integer means a "
-         "CUDA device", "`.to(nm.get_device(rank))`", _CALL, devices.match_index_to,
-         (r"\.to\(\s*[\w.]*(rank|gpu)", r"\.to\(\s*\d")),
+    Rule("NM011", "index-device", "integer device ordinals (`0`, `rank`, `local_rank`, `args.gpu`, `int(...)`), "
+         "which torch takes as CUDA devices: `.to(i)`, `.to(device=i)`, `torch.device(i)`, `device=i` of every torch "
+         "call that takes a device (factories, `torch.Generator`, nn modules, `x.new_zeros`, `model.to_empty`), "
+         "`torch.load(map_location=i)` and dict values", "`nm.get_device(i)` (`str(nm.get_device(i))` as a "
+         "map_location dict value)", _CALL, ordinals.match_ordinal, ordinals.TRIGGERS),
     Rule("NM020", "torch-npu-import", "`import torch_npu`, `from torch_npu.contrib import transfer_to_npu`",
          "dropped where nothing else uses them (npu_migrate loads torch_npu when the NPU is selected)",
          (cst.Import, cst.ImportFrom), npu.match_npu_import, (r"torch_npu",)),

@@ -1,8 +1,9 @@
 """Ported CUDA scripts run on CPU, and the seeds' code blocks port to code that compiles.
 
-The two scripts in scripts/ are CUDA-only as users write them. They are ported into tmp_path
-(the CLI, as a user runs it) and run without --migrate: the torchrun style with 2 ranks (torchrun's
-variables from the launcher, without --migrate), the mp.spawn style by running the
+The scripts in scripts/ are CUDA-only as users write them. They are ported into tmp_path
+(the CLI, as a user runs it) and run without --migrate: the torchrun styles with 2 ranks (torchrun's
+variables from the launcher, without --migrate; cuda_ordinals.py names its device by integer
+ordinal everywhere torch takes one), the mp.spawn style by running the
 script itself, as two "nodes" of one worker each (nm.device_count() is 1 on CPU).
 """
 
@@ -33,7 +34,7 @@ def ported(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("ported")
     result = run_cli("port", str(SCRIPTS), "--out", str(out))
     assert result.returncode == 0, result.stderr
-    for script in ("cuda_torchrun.py", "cuda_spawn.py"):
+    for script in ("cuda_torchrun.py", "cuda_spawn.py", "cuda_ordinals.py"):
         text = (out / script).read_text()
         for leftover in LEFTOVERS:
             assert leftover not in text, f"{script} still has {leftover!r}:\n{text}"
@@ -58,6 +59,31 @@ def test_torchrun_style_script_runs_on_cpu_with_two_ranks(ported: Path, tmp_path
     assert {r["device"] for r in reports} == {"cpu"}
     first, second = _params(reports)
     assert first == second  # DDP kept the ranks in step
+
+
+def _check_ordinal_reports(reports: list[dict]) -> None:
+    """What scripts/cuda_ordinals.py computed on 2 ranks: every tensor on the CPU, the collectives and
+    the checkpoint right."""
+    assert [r["rank"] for r in reports] == [0, 1]
+    for report in reports:
+        assert report["devices"] == ["cpu"]
+        assert report["total"] == report["loaded"] == [1.0, 2.0, 3.0, 4.0]  # all_reduce of the ranks, + arange
+        assert report["gathered"] == [0, 10]
+        assert report["layer"] == [2] and report["blank"] == [0.0, 0.0]
+    assert reports[0]["noise"] == reports[1]["noise"]  # the same seeded generator on each rank
+
+
+@pytest.mark.slow
+def test_integer_device_ordinals_run_on_two_cpu_ranks(ported: Path, tmp_path: Path) -> None:
+    """device=local_rank, torch.device(local_rank), map_location=local_rank...: CUDA ordinals, ported."""
+    result = subprocess.run(
+        [sys.executable, "-m", "npu_migrate.launch", "--device", "cpu", "--device-num", "2",
+         str(ported / "cuda_ordinals.py")],
+        env=child_env(OUT_DIR=str(tmp_path)), capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "NVIDIA" not in result.stderr
+    _check_ordinal_reports([json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)])
 
 
 @pytest.mark.slow
@@ -96,6 +122,18 @@ def test_torch_style_port_of_the_torchrun_script_runs_on_cpu(tmp_path: Path) -> 
     out.mkdir()
     first, second = _params(run_ranks(script, 2, out))
     assert first == second
+
+
+@pytest.mark.slow
+@torch_style_runs
+def test_torch_style_port_of_integer_device_ordinals_runs_on_cpu(tmp_path: Path) -> None:
+    script = tmp_path / "plain_torch.py"
+    script.write_text(port_source((SCRIPTS / "cuda_ordinals.py").read_text(), style="torch").code)
+    code = script.read_text().split('"""', 2)[2]  # after the docstring, which names the forms
+    assert "npu_migrate" not in code and "device=local_rank" not in code and "map_location=local_rank" not in code
+    out = tmp_path / "out"
+    out.mkdir()
+    _check_ordinal_reports(run_ranks(script, 2, out))
 
 
 # --------------------------------------------------------------------------- seeds

@@ -1,4 +1,4 @@
-"""Matchers for devices: ``.cuda()``, ``torch.device("cuda")``, device strings, ``is_cuda``, ``.to(rank)``.
+"""Matchers for devices: ``.cuda()``, ``torch.device("cuda")``, device strings, ``is_cuda``.
 
 Usage::
 
@@ -9,6 +9,7 @@ family. A device without an index (``"cuda"``, ``.cuda()``) is the *current* dev
 means it, so it becomes the family name (``nm.device_type()``, which torch also takes as a
 device) or ``torch.device(nm.device_type())``; ``"cuda:1"`` and ``.cuda(1)`` name an index. A value keeps the type the surrounding
 code expects: a ``torch.device`` where torch takes the device, a ``str`` where user code gets it.
+Integer ordinals (``.to(rank)``, ``device=local_rank``) are :mod:`.ordinals`.
 """
 
 from __future__ import annotations
@@ -20,15 +21,14 @@ import libcst as cst
 
 from npu_migrate.port.context import Context, Hit
 from npu_migrate.port.matchers.common import (
-    arg, assign_target_names, device_spec, dotted, index_args, is_add_argument, keyword_index, last_name,
+    arg, assign_target_names, device_spec, dotted, index_args, is_add_argument, keyword_index,
     option_strings, positional, replace_arg_value, string_value,
 )
+from npu_migrate.port.torch_devices import DEVICE_METHODS
 
 _DEVICE_NAME_RE = re.compile(r"(^|_)(device|dev)($|_)", re.I)
-# Names that hold an integer device index in real code: rank, local_rank, gpu, gpu_id, args.gpu...
-_INDEX_NAME_RE = re.compile(r"^(local_|global_)?(rank|gpu)(_?(id|idx|index|num))?$|^gpu\d*$", re.I)
-# Tensor and Module methods that take a device (torch.device or str).
-_DEVICE_METHODS = frozenset({"to", "new_tensor", "new_zeros", "new_ones", "new_empty", "new_full", "type"})
+# Tensor and Module methods that take a device (torch.device or str): torch's, from its metadata.
+_DEVICE_METHODS = frozenset({"to", "type"}) | DEVICE_METHODS
 # Calls whose first positional argument is a device type string.
 _DEVICE_TYPE_FIRST_ARG = ("torch.autocast", "torch.amp.autocast", "torch.amp.GradScaler", "torch.get_device_module")
 _DEVICE_TYPE_FIRST_NAMES = frozenset(q.rpartition(".")[2] for q in _DEVICE_TYPE_FIRST_ARG)
@@ -227,26 +227,3 @@ def match_is_device(node: cst.CSTNode, ctx: Context, family: str = "cuda") -> Op
         comparison = comparison.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
     return Hit(comparison.with_changes(lpar=list(node.lpar) or comparison.lpar,
                                        rpar=list(node.rpar) or comparison.rpar))
-
-
-# --------------------------------------------------------------------------- .to(rank)
-
-
-def match_index_to(node: cst.CSTNode, ctx: Context) -> Optional[Hit]:
-    """NM011: ``.to(rank)``, ``.to(2)``: an integer means a CUDA device."""
-    assert isinstance(node, cst.Call)
-    func = node.func
-    if not (isinstance(func, cst.Attribute) and func.attr.value == "to") or not node.args:
-        return None
-    a = node.args[0]
-    if a.keyword is not None or a.star or any(b.keyword is None for b in node.args[1:]):
-        return None  # .to(rank, dtype) is not a device move we can be sure of
-    value = a.value
-    name = last_name(value)
-    is_index = isinstance(value, cst.Integer) or (
-        name is not None and dotted(value) is not None and _INDEX_NAME_RE.match(name) is not None
-        and ctx.binding(value) != "import"
-    )
-    if not is_index:
-        return None
-    return Hit(replace_arg_value(node, 0, ctx.emit("get_device", [arg(value)])))
