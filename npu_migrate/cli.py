@@ -142,7 +142,13 @@ def _run(argv: list[str], command_line: bool = False) -> int:
         # Before the command's module is imported: some import torch (npu_migrate.migrate).
         autoload.disable_unless_needed(_device_in(argv))
         autoload.check_versions()
-    args = build_parser(command).parse_args(argv)  # a usage error: argparse's line and SystemExit(2)
+    parser = build_parser(command)
+    if command is not None and command.name == "launch":  # torchrun's `--tee VALUE` beside the `--tee` switch
+        from npu_migrate.launch.torchrun_flags import parse_args
+
+        args = parse_args(parser, argv)  # a usage error: argparse's line and SystemExit(2)
+    else:
+        args = parser.parse_args(argv)
     args.command_line = command_line
     setup_logging(logging.DEBUG if args.verbose else logging.WARNING, names=("npu_migrate",))
     return int(args.func(args) or 0)

@@ -37,7 +37,10 @@ One concept per module:
 * :mod:`.forkserver`: the fork server that has torch loaded;
 * :mod:`.signals`: SIGINT/SIGTERM in every phase;
 * :mod:`.errors`: exceptions and one-line messages;
-* :mod:`.cli`: the flags, ``run`` and ``main``.
+* :mod:`.cli`: the flags, ``run`` and ``main``; :mod:`.torchrun_flags` (torchrun's other flags) and
+  :mod:`.torchrun_settings` (what they become in a job), :mod:`.logs_layout` (torchrun's log files),
+  :mod:`.executable` (``--no-python``), :mod:`.elastic_events` (``--event-log-handler``);
+* :mod:`.target`: what each worker runs.
 
 Importing this package does not import torch: the launcher starts its fork server first.
 """

@@ -17,16 +17,18 @@ the job, :func:`main` parses and leaves the exit code to the command layer
 from __future__ import annotations
 
 import argparse
+import copy
 import faulthandler
 import importlib.util
 import os
+import shlex
 from typing import Any
 
 from npu_migrate import autoload
 from npu_migrate.argparsing import OneLineParser, run_command
 from npu_migrate.launch import authstore, features, forked_server, ports, secret
 from npu_migrate.launch.config import CONTROL_PORT_OFFSET, DEFAULT_PORT, Target, make_config, world_table
-from npu_migrate.launch import hccl, ranktable, schedulers, signals
+from npu_migrate.launch import executable, hccl, ranktable, schedulers, signals, torchrun_flags
 from npu_migrate.launch.errors import LaunchUsageError, say
 from npu_migrate.launch.forkserver import start_fork_server, stop_fork_server
 from npu_migrate.launch.options import DEFAULT_JOIN_TIMEOUT, DEFAULT_NODE_TIMEOUT, LaunchOptions
@@ -41,8 +43,11 @@ PROG = "npu-migrate launch"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The launcher's flags; shared by ``python -m npu_migrate.launch`` and ``npu-migrate launch``."""
     parser.add_argument("--device-num", "--device_num", "--nproc-per-node", "--nproc_per_node", dest="nproc",
-                        type=int, default=None,
-                        help="Processes on this node, one per device (default: the devices of the family; 1 on CPU).")
+                        type=torchrun_flags.nproc_value, default=None, metavar="N|auto|cpu|gpu|npu",
+                        help="Processes on this node, one per device (default: the devices of the family; 1 on CPU). "
+                             "torchrun's words: auto (the family's devices, on CPU the CPUs this process may use), "
+                             "cpu (that many CPU ranks), gpu or npu (every CUDA or NPU device, on that family); "
+                             "xpu is refused (no launcher family).")
     parser.add_argument("--nnodes", "--world-size", "--world_size", dest="nnodes", type=int, default=None,
                         help="Number of nodes; --world-size is accepted for scripts that call it that (default: 1, or from Slurm/Kubeflow).")
     parser.add_argument("--node-rank", "--node_rank", dest="node_rank", type=int, default=None,
@@ -58,15 +63,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Write each global rank's stdout and stderr to DIR/rank{N}.log "
                              "(DIR/rank{N}.attempt{K}.log after restart K) instead of the console, which then "
                              "shows only the launcher's own lines; the launcher's details go to "
-                             "DIR/launcher-node{K}.log. Logs of an earlier run there are refused (see --log-append).")
-    parser.add_argument("--tee", action="store_true",
-                        help="With --log-dir, also show every rank's output on the console.")
+                             "DIR/launcher-node{K}.log. Logs of an earlier run there are refused (see --log-append). "
+                             "With torchrun's --redirects or --tee VALUE, DIR holds torchrun's layout instead "
+                             "(see --redirects).")
     parser.add_argument("--log-append", "--log_append", dest="log_append", action="store_true",
                         help="With --log-dir, append to rank logs an earlier run left there instead of refusing to start.")
     parser.add_argument("--log-line-prefix-template", "--log_line_prefix_template", dest="prefix_template",
                         default=None, metavar="TEMPLATE",
                         help="Prefix of every console line a rank writes, with ${rank}, ${local_rank}, "
-                             "${node_rank}, ${host} and ${role_name}, e.g. '[${rank}]: '. Default: "
+                             "${node_rank}, ${host} (or torchrun's ${hostname}) and ${role_name}, e.g. "
+                             "'[${rank}]: ' (else TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE, as torchrun). Default: "
                              f"'{DEFAULT_TEMPLATE}' when the job has more than one rank, none with one; "
                              "'' turns it off. Log files are never prefixed.")
     parser.add_argument("--local-ranks-filter", "--local_ranks_filter", dest="ranks_filter", default=None,
@@ -119,10 +125,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "every pod has its NPUs).")
     parser.add_argument("-m", "--module", action="store_true",
                         help="Run SCRIPT as a module, like python -m.")
+    torchrun_flags.add_arguments(parser)  # torchrun's other flags: --standalone, --no-python, --redirects...
     features.add_arguments(parser)  # --migrate, --probe DIR, --strict-ops... (npu_migrate.launch.features)
     parser.add_argument("script", metavar="SCRIPT", help="The training script (or module with -m).")
     parser.add_argument("script_args", metavar="ARGS", nargs=argparse.REMAINDER,
                         help="Arguments for the script, passed through untouched.")
+
+
+class LaunchParser(OneLineParser):
+    """The launcher's parser: ``--tee SCRIPT`` is the ``--tee`` switch before SCRIPT (:func:`.torchrun_flags.parse_args`)."""
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        parse = super().parse_known_args
+        return torchrun_flags.parse_args(self, args, lambda words: parse(words, copy.copy(namespace)))
 
 
 def build_parser(subparsers: Any = None) -> argparse.ArgumentParser:
@@ -132,7 +147,7 @@ def build_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     # a script flag that abbreviates launcher flags (`--hang` for --hang-timeout/--hang-action)
     # would be refused as ambiguous instead of reaching the script.
     if subparsers is None:
-        parser = OneLineParser(prog="python -m npu_migrate.launch", description=description, allow_abbrev=False)
+        parser = LaunchParser(prog="python -m npu_migrate.launch", description=description, allow_abbrev=False)
     else:
         parser = subparsers.add_parser("launch", help="Run a training script on every device.",
                                        description=description, allow_abbrev=False)
@@ -175,7 +190,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _target(args: argparse.Namespace) -> Target:
-    if args.module:
+    if args.no_python and not args.run_path:  # torchrun: --run-path takes precedence
+        shown = " ".join(shlex.quote(str(a)) for a in [args.script, *args.script_args])
+        return Target(fn=executable.run, args=(executable.find(args.script), *args.script_args), shown=shown)
+    if args.module and not args.run_path:
         if importlib.util.find_spec(args.script.split(".")[0]) is None:
             raise LaunchUsageError(f"module {args.script!r} not found: check the name and that it is importable from here.")
         return Target(module=args.script, args=tuple(args.script_args))
@@ -190,6 +208,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.print_env:
         print(print_env(dict(os.environ)))
         return 0
+    torchrun_flags.apply(args)  # --standalone, --no-python with -m, torchrun's variables
     target = _target(args)
     # Read once, then out of the environment the fork server and the workers inherit.
     job_secret = secret.load_secret(args.secret_file)
@@ -218,6 +237,8 @@ def _run(args: argparse.Namespace) -> int:
         print(world_table(cfg, target))
         return 0
     notes = "".join(f", {note}" for note in (job.describe(cfg.device) for job in jobs) if note)
+    if cfg.torchrun.numa_binding:
+        notes += f", --numa-binding {cfg.torchrun.numa_binding} not applied (ranks may run on every CPU of the launcher)"
     threads = f", {cfg.omp_threads} thread(s) per rank" if cfg.omp_threads else ""
     say(f"node {cfg.node_rank} of {cfg.nnodes}: {cfg.nproc} process(es) on {cfg.device} with {cfg.backend}, "
         f"master {cfg.addr}:{cfg.port}, {cfg.net_note}{threads} (settings from {cfg.sources}){notes}")

@@ -1,4 +1,4 @@
-"""One node's share of a job: the checked settings, what each worker runs, the world table.
+"""One node's share of a job: the checked settings and the world table (what each worker runs: :mod:`.target`).
 
 Usage::
 
@@ -19,17 +19,17 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shlex
 import socket
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from npu_migrate.launch import cluster, hccl, ports, ranktable, schedulers
+from npu_migrate.launch import cluster, hccl, ports, ranktable, schedulers, torchrun_settings
 from npu_migrate.launch.errors import LaunchError, LaunchUsageError
 from npu_migrate.launch.options import DEFAULT_JOIN_TIMEOUT, DEFAULT_NODE_TIMEOUT, LaunchOptions
 from npu_migrate.launch.output import OutputSettings
 from npu_migrate.launch.ports import CONTROL_PORT_OFFSET, DEFAULT_PORT, _port_is_free, pick_free_port  # noqa: F401 (re-exported)
 from npu_migrate.launch.watchdog import effective_timeout
+from npu_migrate.launch.target import Target  # noqa: F401 (re-exported: its home before the split)
 
 CPU_PROCESSES_PER_CORE = 16
 """Most CPU ranks per core: CPU ranks are for tests and debugging, each is a Python process with
@@ -70,6 +70,8 @@ class LaunchConfig:
         scheduler: who started the launcher (:class:`.schedulers.Scheduler` value), for messages.
         agreed: the HCCL variables every node must share, as this node has them (:mod:`.hccl`).
         rank_table: the rank table the ranks come from.
+        torchrun: torchrun's other flags as this job runs them (:class:`.torchrun_settings.Settings`).
+        error_files: each local rank's ``TORCHELASTIC_ERROR_FILE`` in the attempt that runs (:mod:`.ranks`).
     """
 
     nproc: int
@@ -97,6 +99,8 @@ class LaunchConfig:
     scheduler: str = "defaults"
     agreed: tuple[tuple[str, str], ...] = ()
     rank_table: str | None = None
+    torchrun: torchrun_settings.Settings = torchrun_settings.Settings()
+    error_files: tuple[str, ...] = ()
 
     @property
     def world_size(self) -> int:
@@ -109,7 +113,7 @@ class LaunchConfig:
         return self.node_rank * self.nproc + local_rank
 
     def device_of(self, local_rank: int) -> str:
-        return "cpu" if self.device == "cpu" else f"{self.device}:{local_rank}"
+        return "cpu" if self.device == "cpu" else f"{self.device}:{self.torchrun.device_index(local_rank)}"
 
     def worker_env(self, local_rank: int, restart_count: int = 0) -> dict[str, str]:
         """The variables a worker gets: torchrun's, plus NODE_RANK and NPU_MIGRATE_DEVICE."""
@@ -122,7 +126,7 @@ class LaunchConfig:
             "GROUP_WORLD_SIZE": str(self.nnodes),
             "ROLE_RANK": str(self.rank(local_rank)),
             "ROLE_WORLD_SIZE": str(self.world_size),
-            "ROLE_NAME": "default",
+            "ROLE_NAME": self.torchrun.role,
             "NODE_RANK": str(self.node_rank),
             "MASTER_ADDR": self.addr,
             "MASTER_PORT": str(self.port),
@@ -130,34 +134,15 @@ class LaunchConfig:
             "TORCHELASTIC_MAX_RESTARTS": str(self.max_restarts),
             "TORCHELASTIC_RUN_ID": self.job_id,
             "NPU_MIGRATE_DEVICE": self.device,
+            "TORCH_NCCL_ASYNC_ERROR_HANDLING": os.environ.get("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"),
         }
+        if local_rank < len(self.error_files):  # the attempt's, as torchrun's LogsSpecs gives it
+            env["TORCHELASTIC_ERROR_FILE"] = self.error_files[local_rank]
+        env.update(self.torchrun.env(local_rank))  # --virtual-local-rank
         if self.omp_threads is not None:
             env["OMP_NUM_THREADS"] = str(self.omp_threads)
         env.update(self.net_env)
         return env
-
-
-@dataclass(frozen=True)
-class Target:
-    """What each worker runs: a script, a module (``-m``) or a function ``fn(local_rank, *args)``."""
-
-    script: str | None = None
-    module: str | None = None
-    fn: Callable[..., Any] | None = None
-    args: tuple[Any, ...] = ()
-
-    def describe(self) -> str:
-        if self.fn is not None:
-            return f"{getattr(self.fn, '__module__', '?')}.{getattr(self.fn, '__qualname__', self.fn)}(local_rank, ...)"
-        head = ["-m", self.module] if self.module else [self.script or ""]
-        return " ".join(shlex.quote(str(a)) for a in [*head, *self.args])
-
-    def identity(self) -> str:
-        """What names this job's program the same way on every node (for the default job id)."""
-        if self.fn is not None:
-            return f"{getattr(self.fn, '__module__', '?')}.{getattr(self.fn, '__qualname__', '?')}"
-        head = ["-m", self.module] if self.module else [os.path.basename(self.script or "")]
-        return " ".join(map(str, [*head, *self.args]))
 
 
 def _slurm_first_host(nodelist: str) -> str:
@@ -174,6 +159,7 @@ def _plain_settings(
     max_restarts: int,
     environ: dict[str, str],
     rank_table_timeout: float | None = None,
+    standalone: bool = False,
 ) -> dict[str, Any]:
     """The checks that need no torch, so bad input is refused before anything heavy starts."""
     given = {"nnodes": nnodes, "node_rank": node_rank, "addr": addr, "port": port, "nproc": nproc}
@@ -182,7 +168,7 @@ def _plain_settings(
     except ValueError as exc:
         raise LaunchUsageError(f"{exc} Fix or unset it.") from None
     try:
-        found = schedulers.detect(environ)
+        found = schedulers.detect({} if standalone else environ)  # --standalone: this host alone
     except ValueError as exc:
         if nnodes is None or node_rank is None:
             raise LaunchUsageError(f"could not read the cluster environment: {exc}. Pass --nnodes, --node-rank "
@@ -307,15 +293,16 @@ def make_config(
     """
     opts = LaunchOptions.build(options, **given)
     environ = dict(os.environ if environ is None else environ)
-    plain = _plain_settings(opts.nproc, opts.nnodes, opts.node_rank, opts.addr, opts.port, opts.max_restarts, environ,
-                            opts.rank_table_timeout)
+    keyword = opts.nproc if isinstance(opts.nproc, str) else None  # --nproc-per-node auto/cpu/gpu/npu/xpu
+    plain = _plain_settings(None if keyword else opts.nproc, opts.nnodes, opts.node_rank, opts.addr, opts.port,
+                            opts.max_restarts, environ, opts.rank_table_timeout, standalone=opts.standalone)
     found: schedulers.Detected = plain.pop("found")
     hccl_ports: hccl.PortRange = plain.pop("hccl_ports")
     port_from: str = plain.pop("port_from")
     nproc = plain.pop("nproc")
     ranks: tuple[int, ...] = plain.pop("ranks")
     opts.check()
-    log_dir, device = opts.log_dir, opts.device
+    log_dir, device = opts.log_dir, torchrun_settings.nproc_family(keyword, opts.device)
     output = opts.output or OutputSettings()
     if nproc is not None:  # before the fork server starts, where the count is known already
         output.check(nproc, log_dir, plain["node_rank"])
@@ -326,8 +313,10 @@ def make_config(
 
     if device is None and not environ.get(ENV_DEVICE) and found.device:
         device = found.device  # an AscendJob, a rank table or a Ray NPU worker: the npu family
-    spec = _device.device_spec(device)
+    spec = torchrun_settings.device_spec(keyword, device, _device.device_spec)
     count = _accelerators(spec) if spec.is_accelerator else 1
+    if keyword is not None and not ranks:  # torchrun's determine_local_world_size, on this family
+        nproc = count if spec.is_accelerator and keyword != "cpu" else cluster.node_cores()
     if nproc is None:
         nproc = count
     if spec.backend == hccl.BACKEND:  # its host ports are HCCL's, whatever the family is called
@@ -358,6 +347,7 @@ def make_config(
     backend = _device.default_backend(spec)
     net_env, net_note = cluster.network_env(plain["addr"], backend, environ, multi_node=plain["nnodes"] > 1)
     return LaunchConfig(
+        **torchrun_settings.settle(opts, spec, environ, nproc),
         nproc=nproc, device=spec.name, backend=backend, log_dir=log_dir,
         max_restarts=opts.max_restarts, join_timeout=opts.join_timeout, omp_threads=omp,
         job_id=opts.job_id or default_job_id(plain["addr"], plain["port"], identity, environ),

@@ -53,7 +53,7 @@ class JobStore:
         prefix: ``npu_migrate/<job id>``, the job's keys' prefix.
         owner: this launcher's id (a new one for every launcher process).
         host: host name and the address it reaches node 0 from, e.g. ``gpu7 (10.0.0.7)``.
-        local_ip: that address, if the host has one that routes to ``--addr``.
+        local_ip: that address (``--local-addr``, else the one that routes to ``--addr``, if any).
         events: raises :class:`.board.JobEvent` when the board says something (set by the board).
         explain: called after a store error; raises the board's event if it explains the error.
     """
@@ -64,7 +64,7 @@ class JobStore:
         self.prefix = f"npu_migrate/{cfg.job_id}"
         self.owner = uuid.uuid4().hex
         found = cluster.interface_for(cfg.addr)
-        self.local_ip = found[1] if found else None
+        self.local_ip = cfg.torchrun.local_addr or (found[1] if found else None)  # --local-addr wins, as torchrun
         self.host = f"{socket.gethostname()} ({self.local_ip})" if self.local_ip else socket.gethostname()
         self.secret = authstore.job_secret()  # None: values are not signed
         self.where = f"{cfg.addr}:{cfg.port + CONTROL_PORT_OFFSET}"

@@ -21,6 +21,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from npu_migrate.launch.errors import LaunchUsageError
+from npu_migrate.launch.logs_layout import TorchrunLogs
 from npu_migrate.launch.output import OutputSettings, output_settings
 
 DEFAULT_NODE_TIMEOUT = 20.0
@@ -64,9 +65,12 @@ class LaunchOptions:
             None: prefixes by default, no filter, no tee).
         rank_table_timeout: seconds to wait for ``RANK_TABLE_FILE`` to be completed (None:
             ``NPU_MIGRATE_RANK_TABLE_TIMEOUT``, else :data:`.ranktable.DEFAULT_TIMEOUT`).
+        standalone, role, monitor_interval, signals_to_handle, shutdown_timeout, virtual_local_rank,
+            local_addr, event_log_handler, numa_binding: torchrun's flags of those names
+            (:mod:`.torchrun_flags`; ``nproc`` may also be one of its ``--nproc-per-node`` words).
     """
 
-    nproc: int | None = None
+    nproc: int | str | None = None
     nnodes: int | None = None
     node_rank: int | None = None
     addr: str | None = None
@@ -83,6 +87,15 @@ class LaunchOptions:
     preflight: bool | None = None
     output: OutputSettings | None = None
     rank_table_timeout: float | None = None
+    standalone: bool = False
+    role: str = "default"
+    monitor_interval: float | None = None
+    signals_to_handle: tuple[int, ...] | None = None
+    shutdown_timeout: float | None = None
+    virtual_local_rank: bool = False
+    local_addr: str | None = None
+    event_log_handler: str | None = None
+    numa_binding: str | None = None
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -121,15 +134,21 @@ class LaunchOptions:
         relayed = any((args.log_dir, args.tee, args.log_append, args.prefix_template is not None, args.ranks_filter))
         if inherit and relayed:
             raise LaunchUsageError("--inherit-output takes no --log-dir, --tee, --log-append, prefix or filter.")
-        output = output_settings(args.prefix_template, args.ranks_filter, args.tee, args.log_dir, args.log_append,
-                                 relay=not inherit)
+        tee = getattr(args, "tee", None)
+        logs = TorchrunLogs(redirects=getattr(args, "redirects", None) or "0",
+                            tee=tee if isinstance(tee, str) else "0",
+                            stdout_filters=tuple(getattr(args, "stdout_filters", None) or ()),
+                            stderr_filters=tuple(getattr(args, "stderr_filters", None) or ()),
+                            specs=getattr(args, "logs_specs", None))
+        output = output_settings(args.prefix_template, args.ranks_filter, tee is True, args.log_dir, args.log_append,
+                                 relay=not inherit, logs=logs)
         names = set(cls.names()) - {"output"}
         return cls(output=output, **{k: v for k, v in vars(args).items() if k in names})
 
     @property
     def world_size_hint(self) -> int | None:
         """The world size where the flags alone give it (``--device-num`` x ``--nnodes``), else None."""
-        return self.nproc * (self.nnodes or 1) if self.nproc else None
+        return self.nproc * (self.nnodes or 1) if isinstance(self.nproc, int) and self.nproc else None
 
     def check(self) -> None:
         """Refuse values that cannot work whatever the environment says; one line each.
@@ -154,3 +173,8 @@ class LaunchOptions:
         if self.join_timeout <= 0:
             raise LaunchUsageError(f"--join-timeout {self.join_timeout:g} is not positive: expected seconds to wait "
                                    "for the other nodes.")
+        if self.monitor_interval is not None and self.monitor_interval < 0:
+            raise LaunchUsageError(f"--monitor-interval {self.monitor_interval:g} is negative: expected seconds.")
+        if self.shutdown_timeout is not None and self.shutdown_timeout < 0:
+            raise LaunchUsageError(f"--shutdown-timeout {self.shutdown_timeout:g} is negative: expected seconds "
+                                   "before SIGKILL.")

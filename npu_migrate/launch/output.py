@@ -30,7 +30,7 @@ What it owns:
   an update is shown when the next one (or the final newline) arrives. ``\\r\\n`` is one line end. A last line
   without a newline at EOF gets one; a line longer than 1 MiB is written in pieces.
 * **Prefix.** ``--log-line-prefix-template`` with ``${rank}``, ``${local_rank}``, ``${node_rank}``,
-  ``${host}`` and ``${role_name}`` (torchrun's three plus two). With world size > 1 and no
+  ``${host}`` (torchrun's ``${hostname}`` too) and ``${role_name}`` (``--role``). With world size > 1 and no
   template, :data:`DEFAULT_TEMPLATE` (host, node, global rank) is used; an empty template turns
   it off. The console gets the prefix; log files get the rank's bytes as written.
 * **Filter.** ``--local-ranks-filter 0,1``: only those local ranks reach the console; every rank
@@ -39,6 +39,10 @@ What it owns:
   ``DIR/rank{N}.attempt{K}.log`` for restart K, so a restart never clobbers the failed attempt's
   logs. Without ``--tee`` the console shows only the launcher's own lines (as torchrun). An earlier
   run's logs are refused at start-up unless ``--log-append``; files are only ever appended to.
+* **torchrun's layout.** ``--redirects``/``--tee VALUE`` (:mod:`.logs_layout`): each stream of each
+  local rank goes to its own file, the console, or both, as the attempt's
+  :class:`~.logs_layout.Destinations` say; ``--duplicate-*-filters`` copy the console lines that
+  hold a filter, prefixed, to the attempt's ``filtered_stdout.log``/``filtered_stderr.log``.
 * **Draining.** :meth:`Relay.drain` closes the launcher's write ends and reads until every
   stream's EOF, for at most :data:`DRAIN_S` seconds (a grandchild that left the worker's process
   group may hold a pipe forever); what is left is read without waiting and written out.
@@ -63,6 +67,7 @@ from typing import Any
 
 from npu_migrate import fileio
 from npu_migrate.launch.errors import say
+from npu_migrate.launch.logs_layout import Destinations
 from npu_migrate.launch.output_settings import (  # re-exported: their home before the split
     DEFAULT_TEMPLATE, TEMPLATE_VARS, OutputSettings, log_path, output_settings,
 )
@@ -134,15 +139,18 @@ def attach(run_dir: str, local_rank: int) -> bool:
 class _Stream:
     """One worker stream: its read end, the cut-off tail, and where whole lines go."""
 
-    __slots__ = ("fd", "console", "prefix", "file", "tail", "rank")
+    __slots__ = ("fd", "console", "prefix", "file", "tail", "rank", "dup", "needles")
 
-    def __init__(self, fd: int, console: int | None, prefix: bytes, file: int | None, rank: int = -1) -> None:
+    def __init__(self, fd: int, console: int | None, prefix: bytes, file: int | None, rank: int = -1,
+                 dup: int | None = None, needles: tuple[bytes, ...] = ()) -> None:
         self.fd = fd
         self.console = console
         self.prefix = prefix
         self.file = file
         self.tail = b""
         self.rank = rank  # global rank: torch_npu's lines are counted per rank (npu_migrate.npu_lines)
+        self.dup = dup  # --duplicate-*-filters: console lines holding one of the needles are copied here
+        self.needles = needles
 
 
 class Relay:
@@ -153,13 +161,17 @@ class Relay:
         cfg: the node's :class:`~npu_migrate.launch.config.LaunchConfig`.
         run_dir: the job's private directory, where the FIFOs are made.
         attempt: the restart count (names the log files).
+        dest: torchrun's layout for this attempt (:mod:`.logs_layout`: ``--redirects``, ``--tee
+            VALUE``...); None: the launcher's own (``--log-dir``'s ``rank{N}.log``).
     """
 
-    def __init__(self, settings: OutputSettings, cfg: Any, run_dir: str, attempt: int) -> None:
+    def __init__(self, settings: OutputSettings, cfg: Any, run_dir: str, attempt: int,
+                 dest: Destinations | None = None) -> None:
         self.settings = settings
         self.cfg = cfg
         self.run_dir = run_dir
         self.attempt = attempt
+        self.dest = dest
         self._streams: list[_Stream] = []
         self._held: list[int] = []  # the launcher's write ends: no EOF before the workers are gone
         self._files: list[int] = []
@@ -179,17 +191,30 @@ class Relay:
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        opened: dict[str, int] = {}
+        dest, logs = self.dest, settings.logs
         for local in range(cfg.nproc):
             rank = cfg.rank(local)
             prefix = Template(template).substitute(
-                role_name="default", rank=rank, local_rank=local, node_rank=cfg.node_rank, host=host,
+                role_name=cfg.torchrun.role, rank=rank, local_rank=local, node_rank=cfg.node_rank,
+                host=host, hostname=host,
             ).encode() if template else b""
             shown = to_console and (settings.ranks_filter is None or local in settings.ranks_filter)
             file = None
-            if cfg.log_dir:
+            if cfg.log_dir and dest is None:
                 file = fileio.open_private_append(log_path(cfg.log_dir, rank, self.attempt))  # 0600, no symlink
                 self._files.append(file)
-            for path, console in zip(fifo_paths(self.run_dir, local), (1, 2)):
+            routes = [(file, shown, None, ()), (file, shown, None, ())]
+            if dest is not None:  # torchrun's layout: each stream its own file and console (:mod:`.logs_layout`)
+                for i, (stream, path, needles) in enumerate(((dest.out[local], dest.filtered_stdout,
+                                                              logs.stdout_filters),
+                                                             (dest.err[local], dest.filtered_stderr,
+                                                              logs.stderr_filters))):
+                    dup = self._open(opened, path) if needles and stream.console and path else None
+                    routes[i] = (self._open(opened, stream.file), stream.console, dup,
+                                 tuple(n.encode() for n in needles))
+            for (path, console), (file, shown, dup, needles) in zip(zip(fifo_paths(self.run_dir, local), (1, 2)),
+                                                                   routes):
                 if os.path.exists(path):
                     os.unlink(path)
                 os.mkfifo(path, 0o600)
@@ -199,11 +224,20 @@ class Relay:
                     fcntl.fcntl(fd, _F_SETPIPE_SZ, READ_SIZE)  # fewer wake-ups; over the limit it stays 64 KiB
                 except OSError:
                     pass
-                stream = _Stream(fd, console if shown else None, prefix, file, rank)
+                stream = _Stream(fd, console if shown else None, prefix, file, rank, dup, needles)
                 self._streams.append(stream)
                 self._selector.register(fd, selectors.EVENT_READ, stream)
         self._thread = threading.Thread(target=self._loop, name="npu_migrate-output-relay", daemon=True)
         self._thread.start()
+
+    def _open(self, opened: dict[str, int], path: str | None) -> int | None:
+        """One descriptor per file, however many streams write to it (0600, no symlink followed)."""
+        if not path:
+            return None
+        if path not in opened:
+            opened[path] = fileio.open_private_append(path)
+            self._files.append(opened[path])
+        return opened[path]
 
     # -- the reader thread
 
@@ -289,6 +323,18 @@ class Relay:
             _write_all(stream.console, out)
         except OSError:  # the reader of our output left (`| head`): keep draining, for the log files
             self._console_ok[stream.console] = False
+        if stream.dup is not None:
+            self._duplicate(stream, out)
+
+    @staticmethod
+    def _duplicate(stream: _Stream, shown: bytes) -> None:
+        """``--duplicate-*-filters``: the console lines holding a needle, prefixed, into the filtered file."""
+        picked = [line for line in shown.splitlines(keepends=True) if any(n in line for n in stream.needles)]
+        if picked:
+            try:
+                _write_all(stream.dup, b"".join(picked))
+            except OSError:
+                stream.dup = None
 
     def _end(self, stream: _Stream) -> None:
         if stream.tail:

@@ -19,12 +19,13 @@ from dataclasses import dataclass
 from string import Template
 
 from npu_migrate.launch.errors import LaunchUsageError
+from npu_migrate.launch.logs_layout import TorchrunLogs
 
 DEFAULT_TEMPLATE = "[${host} node${node_rank} rank${rank}] "
 """The console prefix with world size > 1 when no --log-line-prefix-template is given."""
 
-TEMPLATE_VARS = ("role_name", "rank", "local_rank", "node_rank", "host")
-"""The ``${name}`` variables a prefix template may use."""
+TEMPLATE_VARS = ("role_name", "rank", "local_rank", "node_rank", "host", "hostname")
+"""The ``${name}`` variables a prefix template may use (``hostname`` is torchrun's name for ``host``)."""
 
 
 @dataclass(frozen=True)
@@ -35,10 +36,13 @@ class OutputSettings:
         template: the prefix template; None: :data:`DEFAULT_TEMPLATE` with world size > 1, none
             with 1; "": no prefix.
         ranks_filter: local ranks shown on the console; None: all.
-        tee: with a log dir, also show the ranks' output on the console.
+        tee: with a log dir, also show the ranks' output on the console (the launcher's ``--tee``
+            switch; torchrun's ``--tee VALUE`` is in ``logs``).
         append: add to an earlier run's log files instead of refusing to start.
         relay: False keeps the workers on the launcher's own descriptors (the pre-relay
             behaviour; only for the benchmark's baseline: no prefix, filter or log files).
+        logs: torchrun's ``--redirects``, ``--tee VALUE``, duplicate filters and ``--logs-specs``
+            (:mod:`.logs_layout`); when active they replace the ``rank{N}.log`` layout.
     """
 
     template: str | None = None
@@ -46,6 +50,7 @@ class OutputSettings:
     tee: bool = False
     append: bool = False
     relay: bool = True
+    logs: TorchrunLogs = TorchrunLogs()
 
     def prefix_template(self, world_size: int) -> str:
         if self.template is not None:
@@ -66,7 +71,7 @@ class OutputSettings:
                 raise LaunchUsageError(
                     f"--local-ranks-filter names local rank {outside[0]}, but this node runs local ranks "
                     f"0-{nproc - 1}: the filter takes each node's local ranks, not global ranks.")
-        if log_dir and not self.append and os.path.isdir(log_dir):
+        if log_dir and not self.append and not self.logs.active and os.path.isdir(log_dir):
             names = set(os.listdir(log_dir))
             for rank in range(node_rank * nproc, (node_rank + 1) * nproc):
                 pattern = re.compile(rf"rank{rank}(\.attempt\d+)?\.log")
@@ -118,23 +123,43 @@ def output_settings(
     log_dir: str | None = None,
     append: bool = False,
     relay: bool = True,
+    logs: TorchrunLogs | None = None,
 ) -> OutputSettings:
     """Check the output flags where they enter and return the settings.
 
+    Args:
+        tee: the launcher's ``--tee`` switch (with ``--log-dir``); torchrun's ``--tee VALUE`` is
+            ``logs.tee``.
+        logs: torchrun's log flags (:class:`.logs_layout.TorchrunLogs`).
+
     Raises:
         LaunchUsageError: a bad filter, an unknown ``${var}``, an unusable log dir, ``--tee``
-            or ``--log-append`` without ``--log-dir``.
+            or ``--log-append`` without ``--log-dir``, the ``--tee`` switch or ``--log-append``
+            with torchrun's layout, an unknown ``--logs-specs``.
     """
+    logs = logs or TorchrunLogs()
     if template is not None:
         _check_template(template)
     parsed = _parse_filter(ranks_filter) if ranks_filter is not None else None
+    if logs.active:
+        logs.check()
+        if tee:
+            raise LaunchUsageError(
+                "--tee without a value (the launcher's switch for --log-dir's rank{N}.log files) does not go with "
+                "torchrun's --redirects, --tee VALUE, --duplicate-*-filters or --logs-specs: give --tee torchrun's "
+                "value, e.g. --tee 3 (both streams of every rank, to their files and the console).")
+        if append:
+            raise LaunchUsageError(
+                "--log-append is for --log-dir's rank{N}.log files: torchrun's layout (--redirects, --tee VALUE) "
+                "writes a new directory for every run, so there is nothing to append to.")
     if tee and not log_dir:
-        raise LaunchUsageError("--tee needs --log-dir: without it every rank's output is on the console already.")
+        raise LaunchUsageError("--tee needs --log-dir: without it every rank's output is on the console already "
+                               "(torchrun's --tee VALUE, e.g. --tee 3, writes files under a temporary directory).")
     if append and not log_dir:
         raise LaunchUsageError("--log-append needs --log-dir: it appends to the rank logs there.")
     if log_dir:
         _check_log_dir(log_dir)
-    return OutputSettings(template=template, ranks_filter=parsed, tee=tee, append=append, relay=relay)
+    return OutputSettings(template=template, ranks_filter=parsed, tee=tee, append=append, relay=relay, logs=logs)
 
 
 def log_path(log_dir: str, rank: int, attempt: int) -> str:

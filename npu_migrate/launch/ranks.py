@@ -23,11 +23,13 @@ import os
 import signal
 import socket
 import time
+from dataclasses import replace
 from enum import Enum
 from typing import Any
 
-from npu_migrate.launch import rundir, stacks, timing
+from npu_migrate.launch import elastic_events, logs_layout, rundir, stacks, timing
 from npu_migrate.launch.config import LaunchConfig, Target
+from npu_migrate.launch.errors import say
 from npu_migrate.launch.failure import Failure, exit_signal, order
 from npu_migrate.launch.hangwatch import HangWatch
 from npu_migrate.launch.output import Relay, log_path
@@ -72,6 +74,46 @@ class RankProcesses:
         self._exit_seen: dict[int, float] = {}
         self._last_procs: list[Any] = []
         self._stopped: set[int] = set()
+        self.logs_specs: Any = None  # torchrun's layout (:mod:`.logs_layout`), made by the Job when asked for
+        self._dest: logs_layout.Destinations | None = None
+        self.events: elastic_events.Recorder | None = None
+        self._began = time.monotonic()
+
+    def _torchrun_logs(self, cfg: LaunchConfig) -> LaunchConfig:
+        """torchrun's layout, where its flags ask for it: made once, its root the job's log dir (:mod:`.logs_layout`)."""
+        if not cfg.output.logs.active:
+            return cfg
+        self.logs_specs = logs_layout.make_specs(cfg.output.logs, cfg.log_dir, cfg.output.ranks_filter)
+        return replace(cfg, log_dir=self.logs_specs.root_log_dir)
+
+    def _grace(self, default: float) -> float:
+        """Seconds between the stop signal and SIGKILL: ``--shutdown-timeout``, else ``default``."""
+        timeout = self.cfg.torchrun.shutdown_timeout
+        return default if timeout is None else timeout
+
+    def _record_end(self, code: int) -> None:
+        """``--event-log-handler``: each rank's end state, then the job's (:mod:`.elastic_events`)."""
+        if self.events is None:
+            return
+        try:
+            self.events.ended(self._last_procs, code, self.attempt, int(time.monotonic() - self._began), self._stopped)
+        except Exception:  # noqa: BLE001 - a handler's failure must not hide why the job ended
+            logger.exception("could not record the torchelastic events")
+
+    def _attempt_files(self, attempt: int) -> tuple[str, ...]:
+        """This attempt's TORCHELASTIC_ERROR_FILE of each local rank; torchrun's layout is made here."""
+        cfg = self.cfg
+        if self.logs_specs is None:
+            self._dest = None
+            return tuple(os.path.join(self.error_dir, f"torchelastic-error-rank{cfg.rank(local)}.json")
+                         for local in range(cfg.nproc))
+        first = self._dest is None
+        self._dest = logs_layout.destinations(self.logs_specs, {local: cfg.worker_env(local, attempt)
+                                                                for local in range(cfg.nproc)})
+        if first:
+            say(f"ranks' logs in {self._dest.run_dir} (torchrun's layout: attempt_<restart>/<local rank>/"
+                "stdout.log, stderr.log, error.json)")
+        return self._dest.error_files
 
     def _start(self, attempt: int) -> list[Any]:
         import torch.multiprocessing as mp
@@ -81,8 +123,9 @@ class RankProcesses:
         self._exit_seen = {}
         self._stopped = set()
         self.attempt = attempt
+        cfg = replace(self.cfg, error_files=self._attempt_files(attempt))
         if self.cfg.output.relay:
-            self.relay = Relay(self.cfg.output, self.cfg, self.error_dir, attempt)
+            self.relay = Relay(self.cfg.output, self.cfg, self.error_dir, attempt, self._dest)
             self.relay.start()
         # Keep the context for the whole attempt. On torch < 2.2 it holds one SimpleQueue per
         # worker, whose semaphore a forked worker opens by name while unpickling its arguments;
@@ -90,7 +133,7 @@ class RankProcesses:
         # with FileNotFoundError.
         self._context = mp.start_processes(
             worker_main,
-            args=(self.cfg, self.target, attempt, os.getpid(), self.error_dir),
+            args=(cfg, self.target, attempt, os.getpid(), self.error_dir),
             nprocs=self.cfg.nproc,
             join=False,
             start_method=self.start_method,
@@ -98,10 +141,15 @@ class RankProcesses:
         self.procs = list(self._context.processes)
         self._last_procs = self.procs
         self.watch.start(self.procs)
+        if self.events is None:
+            self.events = elastic_events.Recorder(self.cfg)
+        self.events.started(self.procs, attempt)
         return self.procs
 
-    def _stop(self, procs: list[Any], sig: int = signal.SIGTERM, grace: float = STOP_GRACE_S) -> None:
+    def _stop(self, procs: list[Any], sig: int = signal.SIGTERM, grace: float | None = None) -> None:
         """Signal every live worker's group, then SIGKILL what is left after the grace period.
+
+        ``grace``: seconds (None: ``--shutdown-timeout``, else :data:`.signals.STOP_GRACE_S`).
 
         The wait is on the workers' sentinels, in slices: a second signal to the launcher (which
         no descriptor reports) ends the grace period early.
@@ -117,6 +165,8 @@ class RankProcesses:
                         except OSError:
                             pass
 
+        if grace is None:
+            grace = self._grace(STOP_GRACE_S)
         self._stopped.update(i for i, p in enumerate(procs) if p.exitcode is None)
         send(sig)
         deadline = time.monotonic() + grace
@@ -148,7 +198,10 @@ class RankProcesses:
 
     def _failure_of(self, local: int, proc: Any) -> Failure:
         rank = self.cfg.rank(local)
-        log = log_path(self.cfg.log_dir, rank, self.attempt) if self.cfg.log_dir else None
+        if self._dest is not None:  # torchrun's layout: the stream files that hold the rank's output
+            log = self._dest.log_of(local)
+        else:
+            log = log_path(self.cfg.log_dir, rank, self.attempt) if self.cfg.log_dir else None
         path = rundir.error_record(self.error_dir, rank)
         if os.path.exists(path):
             with open(path, encoding="utf-8") as fh:
@@ -174,7 +227,8 @@ class RankProcesses:
                 return Watched.SIGNAL, None
             live = [p.sentinel for p in procs if p.exitcode is None]
             if live:
-                multiprocessing.connection.wait(live, timeout=timing.WORKER_POLL_S)
+                interval = self.cfg.torchrun.monitor_interval  # --monitor-interval
+                multiprocessing.connection.wait(live, timeout=timing.WORKER_POLL_S if interval is None else interval)
             now = time.time()
             for i, p in enumerate(procs):
                 if p.exitcode is not None and i not in self._exit_seen:

@@ -1,4 +1,4 @@
-"""SIGINT, SIGTERM and SIGHUP for the launcher: a flag the main thread reads in every phase, never a traceback.
+"""SIGINT, SIGTERM, SIGHUP and SIGQUIT for the launcher: a flag the main thread reads in every phase, never a traceback.
 
 Usage::
 
@@ -14,7 +14,8 @@ this flag, so every phase answers a signal within a fraction of a second.
 
 SIGHUP (the terminal or the SSH session the launcher runs in closed) stops the job like SIGTERM, as
 torchrun's agent does: by default it would end the launcher without stopping the ranks, leaving
-what the ranks started running.
+what the ranks started running. SIGQUIT does too (torchrun's default set); ``--signals-to-handle``
+names another set (:class:`Signals`' ``stop``).
 """
 
 from __future__ import annotations
@@ -42,8 +43,8 @@ SIGNAL_GRACE_S = min(3.0, STOP_GRACE_S)
 """The same after the launcher itself was signalled: the launcher must end within 5 s."""
 
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-"""The signals that stop the job (exit 128 + the signal's number)."""
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+"""The signals that stop the job by default (exit 128 + the signal's number; torchrun's set)."""
 
 
 def answer_sigint() -> None:
@@ -68,22 +69,31 @@ class Interrupted(Exception):
 
 
 class Signals:
-    """Turns SIGINT/SIGTERM/SIGHUP into a flag the launcher reads, and restores the handlers after.
+    """Turns the stop signals into a flag the launcher reads, and restores the handlers after.
 
-    SIGUSR1 only counts (:attr:`dumps`): a request for every rank's stack, served while ranks run.
+    ``stop``: the signals that stop the job (``--signals-to-handle``; default :data:`STOP_SIGNALS`).
+    SIGUSR1 only counts (:attr:`dumps`): a request for every rank's stack, served while ranks run,
+    unless it is one of ``stop``.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, stop: tuple[int, ...] = STOP_SIGNALS) -> None:
         self.received: int | None = None
         self.count = 0
         self.dumps = 0
+        self.stop = tuple(stop)
         self._old: dict[int, Any] = {}
+
+    @property
+    def serves_dumps(self) -> bool:
+        """Whether SIGUSR1 asks for the ranks' stacks (it stops the job where it is a stop signal)."""
+        return signal.SIGUSR1 not in self.stop
 
     def __enter__(self) -> Signals:
         if threading.current_thread() is threading.main_thread():
-            for sig in STOP_SIGNALS:
+            for sig in self.stop:
                 self._old[sig] = signal.signal(sig, self._handle)
-            self._old[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, self._dump)
+            if self.serves_dumps:
+                self._old[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, self._dump)
         return self
 
     def _handle(self, signum: int, frame: Any) -> None:

@@ -88,10 +88,10 @@ class Job(RankProcesses):
 
     def __init__(self, cfg: LaunchConfig, target: Target, start_method: str) -> None:
         super().__init__()
-        self.cfg = cfg
+        self.cfg = cfg = self._torchrun_logs(cfg)  # --redirects, --tee VALUE: their root is the log dir
         self.target = target
         self.start_method = start_method
-        self.signals = Signals()
+        self.signals = Signals(cfg.torchrun.stop_signals)
         self.rdzv: Any = None
         self.board: Any = None  # the board of a multi-node job (:mod:`.board`)
         self.phase = Phase.STARTING
@@ -114,7 +114,8 @@ class Job(RankProcesses):
         with self.signals:
             from npu_migrate.launch import stacks
 
-            stacks.mark_launcher(self.error_dir)  # SIGUSR1 is handled from here on
+            if self.signals.serves_dumps:  # not where --signals-to-handle makes SIGUSR1 stop the job
+                stacks.mark_launcher(self.error_dir)  # SIGUSR1 is handled from here on
             code: int | None = None
             try:
                 if cfg.log_dir:
@@ -149,6 +150,7 @@ class Job(RankProcesses):
             self._write_report(1 if code is None else code)
         except Exception:  # noqa: BLE001 - the report must not hide why the job ended
             logger.exception("could not write the report")
+        self._record_end(1 if code is None else code)  # --event-log-handler
         self._drain()
         if self.rdzv is not None:
             self.rdzv.close()
@@ -189,7 +191,7 @@ class Job(RankProcesses):
             say(f"received {name}: stopping {len(running)} running rank(s) on node {self.cfg.node_rank}.")
             if self.board is not None and self.phase in (Phase.RUNNING, Phase.FINISHING):
                 self.board.abort(f"the launcher of node {self.cfg.node_rank} ({self.rdzv.host}) received {name}")
-            self._stop(self.procs, sig, SIGNAL_GRACE_S)
+            self._stop(self.procs, sig, self._grace(SIGNAL_GRACE_S))
             self._drain()
         else:
             say(f"received {name} while {self.phase.value}: stopped; no rank is left running on node "

@@ -1,0 +1,51 @@
+"""A training-script stand-in for torchrun's command lines: what a rank saw, as a torchrun user would check it.
+
+Every rank joins the group (init_process_group from torchrun's variables), all-reduces once and
+writes $OUT_DIR/torchrun-rank{RANK}-attempt{TORCHELASTIC_RESTART_COUNT}.json: its argv, torchrun's
+variables and the sum. Then:
+  --say TEXT        print "TEXT from rank R" on stdout and "TEXT err from rank R" on stderr
+  --fail-first      on the first attempt, rank 0 raises ValueError (after the report)
+  --wait-signal     write $OUT_DIR/ready{RANK}, then wait for SIGTERM or SIGUSR2; on one, write
+                    $OUT_DIR/got{RANK} with its name and exit 0
+Other arguments are recorded, not parsed: they are the docs' own.
+"""
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
+             "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",
+             "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE",
+             "TORCHELASTIC_ERROR_FILE", "TORCH_NCCL_ASYNC_ERROR_HANDLING", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES")
+
+out = Path(os.environ["OUT_DIR"])
+rank, attempt = os.environ["RANK"], os.environ["TORCHELASTIC_RESTART_COUNT"]
+got: list[str] = []
+if "--wait-signal" in sys.argv:
+    for sig in (signal.SIGTERM, signal.SIGUSR2):
+        signal.signal(sig, lambda signum, frame: got.append(signal.Signals(signum).name))
+dist.init_process_group("gloo")
+value = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(value)
+report = {"argv": sys.argv, "env": {k: os.environ.get(k) for k in VARIABLES}, "sum": value.item()}
+(out / f"torchrun-rank{rank}-attempt{attempt}.json").write_text(json.dumps(report))
+dist.barrier()
+dist.destroy_process_group()
+if "--say" in sys.argv:
+    text = sys.argv[sys.argv.index("--say") + 1]
+    print(f"{text} from rank {rank}", flush=True)
+    print(f"{text} err from rank {rank}", file=sys.stderr, flush=True)
+if "--fail-first" in sys.argv and rank == "0" and attempt == "0":
+    raise ValueError("first attempt fails on rank 0")
+if "--wait-signal" in sys.argv:
+    (out / f"ready{rank}").write_text("")
+    while not got:
+        time.sleep(0.05)
+    (out / f"got{rank}").write_text(got[0])
