@@ -92,8 +92,10 @@ def test_tee_without_log_dir_writes_under_a_new_temporary_directory(tmp_path: Pa
 
 def test_no_python_runs_an_executable_as_each_rank(tmp_path: Path) -> None:
     tool = tmp_path / "tool.sh"
+    # Rank 1 fails once rank 0 is done (the launcher then stops whatever still runs).
     tool.write_text('#!/bin/sh\necho "tool rank $RANK of $WORLD_SIZE local $LOCAL_RANK: $*"\n'
-                    'echo "$RANK $MASTER_PORT" > "$OUT_DIR/tool$RANK"\n[ "$RANK" = 1 ] && exit 3\nexit 0\n')
+                    'echo "$RANK $MASTER_PORT" > "$OUT_DIR/tool$RANK"\n'
+                    '[ "$RANK" = 1 ] || exit 0\nwhile [ ! -e "$OUT_DIR/tool0" ]; do sleep 0.1; done\nexit 3\n')
     tool.chmod(0o755)
     job = Launch(tmp_path, "--nproc-per-node=2", "--no-python", str(tool), "--epochs", "3")
     assert job.wait() == 1

@@ -2,8 +2,9 @@
 
 Every rank joins the group (init_process_group from torchrun's variables), all-reduces once and
 writes $OUT_DIR/torchrun-rank{RANK}-attempt{TORCHELASTIC_RESTART_COUNT}.json: its argv, torchrun's
-variables and the sum. Then:
-  --say TEXT        print "TEXT from rank R" on stdout and "TEXT err from rank R" on stderr
+variables and the sum; with
+  --say TEXT        it prints "TEXT from rank R" on stdout and "TEXT err from rank R" on stderr,
+then every rank waits for the others (a barrier), and:
   --fail-first      on the first attempt, rank 0 raises ValueError (after the report)
   --wait-signal     write $OUT_DIR/ready{RANK}, then wait for SIGTERM or SIGUSR2; on one, write
                     $OUT_DIR/got{RANK} with its name and exit 0
@@ -36,12 +37,12 @@ value = torch.tensor([float(dist.get_rank() + 1)])
 dist.all_reduce(value)
 report = {"argv": sys.argv, "env": {k: os.environ.get(k) for k in VARIABLES}, "sum": value.item()}
 (out / f"torchrun-rank{rank}-attempt{attempt}.json").write_text(json.dumps(report))
-dist.barrier()
-dist.destroy_process_group()
 if "--say" in sys.argv:
     text = sys.argv[sys.argv.index("--say") + 1]
     print(f"{text} from rank {rank}", flush=True)
     print(f"{text} err from rank {rank}", file=sys.stderr, flush=True)
+dist.barrier()  # every rank has reported and spoken before any fails
+dist.destroy_process_group()
 if "--fail-first" in sys.argv and rank == "0" and attempt == "0":
     raise ValueError("first attempt fails on rank 0")
 if "--wait-signal" in sys.argv:
