@@ -56,6 +56,7 @@ DATA_SCRIPTS = TESTS / "data" / "scripts"
 _JOB_VARS = (
     "NPU_MIGRATE_DEVICE", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
     "NODE_RANK", "MASTER_ADDR", "MASTER_PORT", "ASCEND_RT_VISIBLE_DEVICES", "FAKE_NPU_DEVICE_COUNT",
+    "FAKE_NPU_RELEASE",  # the stand-in simulates the release that pairs with this torch unless a test asks
     "CUDA_VISIBLE_DEVICES",  # set again to hide the host's devices (HIDDEN_DEVICES)
     # npu_migrate.autoload sets it to 0 in the process that asked for a built-in family (an
     # in-process CLI test): the next test in that process must not inherit it.

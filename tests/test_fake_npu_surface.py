@@ -1,21 +1,29 @@
-"""The simulated NPU checked against the real package: torch_npu.npu's names and signatures.
+"""The simulated NPU checked against the real package: torch_npu.npu's names and signatures, per release.
 
-The real wheels (torch-npu 2.1.0.post17 and 2.14.0: the sections of NOT_SIMULATED.txt) are read
-in place with :mod:`npu_migrate.releases.surface`. Every name that runtime migration (each
-``torch.cuda`` name it sends to ``torch.npu``), the port tool's output (port/targets.py) and the
-examples or npu_migrate itself reach on the device module must exist in the stand-in
-(tests/fake_npu/torch_npu/npu.py) with the real signature; every other real name is listed as
-not simulated, in a file this test keeps in sync. Regenerate it with::
+The real wheels (the releases named by the sections of NOT_SIMULATED.txt: one for each torch line
+the stand-in runs on, and 2.1.0.post17) are read in place with :mod:`npu_migrate.releases.surface`.
+The stand-in simulates one release at a time, the one that pairs with the running torch (or
+``FAKE_NPU_RELEASE``'s), from a table generated here from the wheels
+(tests/fake_npu/torch_npu/releases.json: each release's declared torch and the signature of each
+name npu.py defines, or its absence). Each release is checked against its own wheel: every name
+that runtime migration (each ``torch.cuda`` name it sends to ``torch.npu``), the port tool's
+output (port/targets.py) and the examples or npu_migrate itself reach on the device module must
+exist in the stand-in with that release's signature, a name the release lacks must be missing, and
+every other real name is listed as not simulated, in a file this test keeps in sync. Regenerate
+the table and the list (adding releases, if named) with::
 
-    NPU_MIGRATE_RELEASES_DIR=DIR python tests/test_fake_npu_surface.py --write
+    NPU_MIGRATE_RELEASES_DIR=DIR python tests/test_fake_npu_surface.py --write [VERSION ...]
 
-Wheels come from ``NPU_MIGRATE_RELEASES_DIR`` (.ci/run keeps them in .ci-cache); nothing is
-downloaded here. A missing wheel fails the test under CI (``CI=true``) and skips it elsewhere.
+Wheels come from ``NPU_MIGRATE_RELEASES_DIR`` (.ci/run keeps them in .ci-cache and fetches every
+release NOT_SIMULATED.txt names); nothing is downloaded here. A missing wheel fails the test under
+CI (``CI=true``) and skips it elsewhere.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
+import importlib.util
 import json
 import subprocess
 import sys
@@ -35,7 +43,21 @@ from conftest import released_wheel  # noqa: E402
 
 FAKE_NPU = TESTS / "fake_npu"
 NOT_SIMULATED = FAKE_NPU / "NOT_SIMULATED.txt"
-REGENERATE = "NPU_MIGRATE_RELEASES_DIR=DIR python tests/test_fake_npu_surface.py --write"
+
+
+def _stand_in_release_module():  # noqa: ANN202 - tests/fake_npu/torch_npu/_release.py, without the stand-in
+    """The stand-in's release table reader, loaded on its own (importing torch_npu would set up the device)."""
+    path = FAKE_NPU / "torch_npu" / "_release.py"
+    spec = importlib.util.spec_from_file_location("fake_npu_release", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+release_table = _stand_in_release_module()
+TABLE = release_table.TABLE
+REGENERATE = release_table.REGENERATE
 STAND_IN = releases.Release("stand-in", FAKE_NPU, "installed")
 # Public names of the stand-in that the real torch.npu does not have, and why they may stay.
 STAND_IN_ONLY = {"NpuTensor": "the simulated devices' tensor type, which tests inspect"}
@@ -43,9 +65,15 @@ SOURCES = (ROOT / "npu_migrate", ROOT / "examples")
 
 
 def compared_versions() -> list[str]:
-    """The releases compared: the sections of NOT_SIMULATED.txt."""
+    """The releases compared (and simulated): the sections of NOT_SIMULATED.txt."""
     return [line[len("[torch-npu "):].split("]")[0] for line in NOT_SIMULATED.read_text().splitlines()
             if line.startswith("[torch-npu ")]
+
+
+def newest_first(versions: Iterable[str]) -> list[str]:
+    from packaging.version import Version
+
+    return sorted(versions, key=Version, reverse=True)
 
 
 def release(version: str) -> releases.Release:
@@ -144,6 +172,7 @@ def device_module_uses(tree: ast.AST) -> set[str]:
     return found
 
 
+@functools.lru_cache(maxsize=None)
 def used_names() -> dict[str, set[str]]:
     """Device-module names used, by where: runtime migration, the port's output, the code."""
     from npu_migrate.migrate.patches import cuda_namespace
@@ -207,6 +236,54 @@ def render(versions: list[str]) -> str:
             entry = entries[name]
             lines.append(f"{name}  {entry.kind.value}  {entry.signature() or entry.note or '-'}  {entry.module}")
     return "\n".join(lines) + "\n"
+
+
+def declared_torch(rel: releases.Release) -> str:
+    """The torch version the release's METADATA pins, without a local label (``torch==2.7.1+cpu``
+    -> ``2.7.1``); its release line (``2.7``) where the requirement pins no one version."""
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    specs = list(Requirement(rel.requires_torch).specifier) if rel.requires_torch else []
+    if len(specs) == 1 and specs[0].operator == "==":
+        return Version(specs[0].version.removesuffix(".*")).public
+    return ".".join(map(str, pairs.built_for(rel.requires_torch, rel.version)))
+
+
+def stand_in_names() -> list[str]:
+    """The torch.npu names npu.py defines that a release may have (NpuTensor is the stand-in's own)."""
+    return [n for n in surface.defined_names(STAND_IN) if n not in STAND_IN_ONLY]
+
+
+def release_has(rel: releases.Release, public: set[str], name: str) -> bool:
+    """Whether ``torch.npu.<name>`` exists in the release: in its ``__all__``, or a submodule (amp)."""
+    return name in public or surface.resolve(rel, name).kind is surface.Kind.MODULE
+
+
+def render_table(versions: list[str]) -> str:
+    """releases.json for ``versions``: per release (newest first), the torch its METADATA declares,
+    the signature of each name npu.py defines (``null``: none in Python), and the names it lacks."""
+    names = stand_in_names()
+    records = []
+    for version in newest_first(versions):
+        rel = releases.find(version, allow_download=False)
+        public, entries = set(surface.public_names(rel)), surface.read(rel)
+        signatures = {n: (entries[n] if n in entries else surface.resolve(rel, n)).signature()
+                      for n in names if release_has(rel, public, n)}
+        records.append({"version": rel.version, "requires_torch": rel.requires_torch, "torch": declared_torch(rel),
+                        "absent": [n for n in names if n not in signatures], "signatures": signatures})
+    about = ("torch_npu.npu (torch.npu) of each torch-npu release the stand-in simulates: the torch its METADATA "
+             "declares, the signature of each name tests/fake_npu/torch_npu/npu.py defines (null: no Python "
+             "signature) and the names the release lacks. Read from the released wheels by "
+             f"tests/test_fake_npu_surface.py, which fails when this file is out of date; regenerate with: {REGENERATE}")
+    return json.dumps({"about": about, "releases": records}, indent=1) + "\n"
+
+
+def write(added: list[str]) -> None:
+    """Regenerate NOT_SIMULATED.txt and releases.json for the compared releases and ``added``."""
+    versions = newest_first(set(compared_versions()) | set(added))[::-1]
+    NOT_SIMULATED.write_text(render(versions))
+    TABLE.write_text(render_table(versions))
 
 
 # --------------------------------------------------------------------------- the checks
@@ -281,6 +358,7 @@ def test_the_hf32_switches_the_probe_reads_are_the_release_ones(version: str) ->
 _DUMP = """
 import inspect, json, sys, torch, torch_npu
 names = json.loads(sys.argv[1])
+version = torch_npu.__version__
 def params(obj):
     from npu_migrate.releases.surface import parameters_of
     found = parameters_of(obj)
@@ -299,40 +377,130 @@ for name in names:
     except AttributeError:
         continue
     out[name] = params(obj)
-print(json.dumps({"public": public, "signatures": out}))
+print(json.dumps({"version": version, "public": public, "signatures": out}))
+"""
+
+
+def live_surface(version: Optional[str], names: list[str]) -> dict:
+    """torch.npu as a child process sees it with the stand-in, simulating ``version`` (else the
+    release that pairs with this torch): its release, public names and the signatures of ``names``."""
+    from conftest import child_env
+
+    extra = {release_table.ENV: version} if version else {}
+    result = subprocess.run([sys.executable, "-c", _DUMP, json.dumps(names)], env=child_env(FAKE_NPU, **extra),
+                            capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+@pytest.mark.slow
+@pytest.mark.fake_npu
+@pytest.mark.parametrize("version", compared_versions())
+def test_stand_in_signatures_are_the_release_ones(version: str) -> None:
+    """torch.npu with the stand-in simulating ``version``, against that release's wheel: the names
+    npu.py defines that the release has, and only those, each with the release's signature."""
+    rel = release(version)
+    used = used_names()
+    entries = read_release(rel, used)
+    public = set(surface.public_names(rel))
+    simulated = surface.defined_names(STAND_IN)
+    need = required(entries, used)
+    asked = sorted(set(simulated) | set(need))
+    live = live_surface(version, asked)
+    assert live["version"] == rel.version
+    expected = sorted(n for n in simulated if n in STAND_IN_ONLY or release_has(rel, public, n))
+    extra = sorted(set(live["public"]) - set(expected))
+    lacking = sorted(set(expected) - set(live["public"]))
+    assert not extra, (f"the stand-in has names torch-npu {version} lacks (runtime migration would send "
+                       f"torch.cuda's there in tests only): {extra}; regenerate with {REGENERATE}")
+    assert not lacking, f"torch.npu's public names lack {lacking}, which npu.py defines and torch-npu {version} has"
+    checked = [n for n in asked if n in entries]
+    problems = drift(entries, checked, live["signatures"])
+    assert not problems, f"tests/fake_npu drifted from torch-npu {version}:\n" + "\n".join(problems)
+
+
+@pytest.mark.slow
+@pytest.mark.fake_npu
+def test_the_stand_in_simulates_the_release_that_pairs_with_this_torch() -> None:
+    import torch
+
+    candidates = [release(v) for v in newest_first(compared_versions())]
+    public = torch.__version__.split("+")[0]
+    rel = (pairs.pairing(torch.__version__, candidates) or next((r for r in candidates if declared_torch(r) == public), None)
+           or pairs.same_line(torch.__version__, candidates))
+    assert rel is not None, (f"no compared torch-npu release is built for torch {torch.__version__}: add the one "
+                             f"that pairs with it: {REGENERATE}")
+    assert live_surface(None, [])["version"] == rel.version
+
+
+_ATTEMPTS = """
+import sys, torch
+def attempt(call):
+    try:
+        return repr(call())
+    except TypeError as exc:
+        return f"TypeError: {exc}"
+print(attempt(lambda: torch.npu.is_bf16_supported(including_emulation=True)))
+print(attempt(lambda: torch.npu.is_bf16_supported(True)))
+print(hasattr(torch.npu, sys.argv[1]))
 """
 
 
 @pytest.mark.slow
 @pytest.mark.fake_npu
-def test_stand_in_signatures_are_the_release_ones() -> None:
-    """torch.npu after importing the stand-in, against the release that pairs with this torch."""
+def test_a_call_the_simulated_release_refuses_raises_type_error() -> None:
+    """Code written for one release fails on the stand-in simulating another as on the real one:
+    ``is_bf16_supported(including_emulation=...)`` where the release's takes no argument, a name the
+    release lacks. Which release has what is read from the wheels."""
     from conftest import child_env
 
-    import torch
+    versions = newest_first(compared_versions())
+    takes = {v: [p.name for p in surface.resolve(release(v), "is_bf16_supported").parameters] for v in versions}
+    new = next(v for v in versions if takes[v] == ["including_emulation"])
+    old = next(v for v in reversed(versions) if takes[v] == [])
+    new_public, old_public = set(surface.public_names(release(new))), set(surface.public_names(release(old)))
+    added = [n for n in stand_in_names() if release_has(release(new), new_public, n)
+             and not release_has(release(old), old_public, n)]
+    assert added, f"npu.py defines no name that torch-npu {new} has and {old} lacks"
+    seen = {}
+    for version in (old, new):
+        result = subprocess.run([sys.executable, "-c", _ATTEMPTS, added[0]], capture_output=True, text=True,
+                                env=child_env(FAKE_NPU, **{release_table.ENV: version}), timeout=120, cwd=ROOT)
+        assert result.returncode == 0, result.stderr
+        seen[version] = result.stdout.splitlines()
+    assert seen[old] == ["TypeError: is_bf16_supported() got an unexpected keyword argument 'including_emulation'",
+                         "TypeError: is_bf16_supported() takes 0 positional arguments but 1 was given", "False"]
+    assert seen[new] == ["True", "True", "True"]
 
-    candidates = [release(v) for v in compared_versions()]
-    rel = pairs.pairing(torch.__version__, candidates) or next(
-        (r for r in candidates if pairs.release_of(r.version) == pairs.release_of(torch.__version__)), None)
-    if rel is None:
-        pytest.skip(f"no tested torch-npu release is built for torch {torch.__version__}")
-    used = used_names()
-    entries = read_release(rel, used)
-    simulated = surface.defined_names(STAND_IN)
-    need = required(entries, used)
-    asked = sorted(set(simulated) | set(need))
-    result = subprocess.run([sys.executable, "-c", _DUMP, json.dumps(asked)], env=child_env(FAKE_NPU),
-                            capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert result.returncode == 0, result.stderr
-    live = json.loads(result.stdout)
-    assert live["public"] == simulated, "torch.npu's public names differ from those npu.py defines"
-    extra = [n for n in simulated if n not in entries and n not in STAND_IN_ONLY
-             and surface.resolve(rel, n).kind is not surface.Kind.MODULE]
-    assert not extra, (f"the stand-in has names torch-npu {rel.version} lacks (runtime migration would "
-                       f"send torch.cuda's there in tests only): {extra}")
-    checked = [n for n in asked if n in entries]
-    problems = drift(entries, checked, live["signatures"])
-    assert not problems, f"tests/fake_npu drifted from torch-npu {rel.version}:\n" + "\n".join(problems)
+
+def test_each_torch_gets_the_release_built_for_it() -> None:
+    """The table's releases are the compared ones; the stand-in picks, for a torch, the release
+    whose METADATA declares it (any build of it), else the newest one of its release line."""
+    candidates = [release(v) for v in newest_first(compared_versions())]
+    table = release_table.load()
+    assert [r.version for r in table] == [r.version for r in candidates], f"{TABLE} is out of date: run {REGENERATE}"
+    for rel in candidates:
+        declared = declared_torch(rel)
+        for build in (declared, f"{declared}+cpu", f"{declared}+cu130"):
+            chosen = release_table.pick(build, table).version
+            assert chosen == rel.version, f"torch {build} gets {chosen}, not {rel.version}: two releases declare it"
+    for line in sorted({pairs.release_of(declared_torch(r)) for r in candidates}):
+        unreleased = ".".join(map(str, line)) + ".99"  # a patch release no torch-npu declares
+        assert release_table.pick(unreleased, table).version == pairs.same_line(unreleased, candidates).version
+    with pytest.raises(ImportError, match=r"simulates no torch-npu release built for torch 1\.0\.0 \(its table has "):
+        release_table.pick("1.0.0", table)
+    oldest, newest = candidates[-1], candidates[0]
+    assert release_table.pick(declared_torch(newest), table, oldest.version).version == oldest.version
+    with pytest.raises(ImportError, match=r"^FAKE_NPU_RELEASE=0\.0: the torch_npu stand-in simulates torch-npu "):
+        release_table.pick(declared_torch(newest), table, "0.0")
+
+
+@pytest.mark.slow
+def test_the_release_table_is_generated_from_the_wheels() -> None:
+    versions = compared_versions()
+    for version in versions:
+        release(version)
+    assert render_table(versions) == TABLE.read_text(), f"{TABLE} is out of date: run {REGENERATE}"
 
 
 def test_a_changed_signature_is_drift() -> None:
@@ -353,8 +521,8 @@ def test_a_changed_signature_is_drift() -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--write"]:
-        NOT_SIMULATED.write_text(render(compared_versions() if NOT_SIMULATED.exists() else ["2.1.0.post17", "2.14.0"]))
-        print(f"wrote {NOT_SIMULATED}")
+    if sys.argv[1:2] == ["--write"]:
+        write(sys.argv[2:])
+        print(f"wrote {NOT_SIMULATED} and {TABLE}: torch-npu {', '.join(compared_versions())}")
     else:
         print(__doc__)

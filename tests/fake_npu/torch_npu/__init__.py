@@ -22,9 +22,14 @@ What it simulates:
   Ops refuse tensors on two different npu devices, like a real device does;
 * ``hccl``: a real gloo group. Collectives on npu tensors hand their CPU memory to gloo, so
   all_reduce/broadcast/all_gather and DDP's reducer really communicate between processes;
+* one torch-npu release at a time (``_release.py``): the one that pairs with the running torch
+  (``torch_npu.__version__`` is it), or ``FAKE_NPU_RELEASE=VERSION``'s; ``releases.json``,
+  generated from the released wheels, gives each release's ``torch.npu`` names and signatures,
+  and ``torch.npu`` takes them: a name the release lacks is missing, and a call it would refuse
+  raises TypeError. A torch no release of the table was built for cannot import the stand-in;
 * ``torch.npu`` (``npu.py``): every name runtime migration, the port tool's output and the
-  examples use, with the real release's signatures (tests/test_fake_npu_surface.py checks them
-  against the real wheels; the real names left out are in ``NOT_SIMULATED.txt``):
+  examples use, with the simulated release's signatures (tests/test_fake_npu_surface.py checks
+  each release's against its wheel; the real names left out are in ``NOT_SIMULATED.txt``):
   ``Event(enable_timing=True)`` (host clock), ``Stream``, ``stream()``, ``current_stream()``,
   ``synchronize``, per-device random generators (``manual_seed(_all)``, ``get_rng_state``),
   memory figures (bytes of live npu tensors), ``get_amp_supported_dtype``, ``is_bf16_supported``;
@@ -52,8 +57,6 @@ import torch.utils.backend_registration
 import torch.distributed as dist
 from torch.utils._pytree import tree_map
 
-__version__ = torch.__version__.split("+")[0]  # "built for" the installed torch
-
 if not hasattr(torch._C, "_acc") or not hasattr(torch.utils.backend_registration, "_setup_privateuseone_for_python_backend"):
     # The simulation registers its device from Python, which older torch cannot do; the real
     # torch_npu registers from C++ and has no such limit. tests/conftest.py skips the tier there.
@@ -61,6 +64,14 @@ if not hasattr(torch._C, "_acc") or not hasattr(torch.utils.backend_registration
         f"the torch_npu stand-in needs torch._C._acc and backend_registration._setup_privateuseone_for_python_backend, "
         f"which torch {torch.__version__} lacks"
     )
+
+# The torch-npu release simulated: the one that pairs with this torch (FAKE_NPU_RELEASE picks
+# another), from releases.json, generated from the released wheels. torch.npu takes its names and
+# signatures below; a torch no release was built for is refused, as the real package refuses it.
+from torch_npu import _release  # noqa: E402
+
+_simulated = _release.pick(torch.__version__, _release.load(), os.environ.get(_release.ENV))
+__version__ = _simulated.version  # as the real package's: the release (2.7.1.post11)
 
 _runtime: dict[str, int] = {}
 _SLOTS = 64  # per-device state is kept for this many indices
@@ -406,10 +417,12 @@ def _privateuse1_fallback(op: Any, *args: Any, **kwargs: Any) -> Any:
 
 # --------------------------------------------------------------------------- the torch.npu module
 
-# torch_npu.npu, as in the real package: the device-module API, in npu.py, with the real release's
-# names and signatures (tests/test_fake_npu_surface.py compares them). It reads the state above.
+# torch_npu.npu, as in the real package: the device-module API, in npu.py, made the simulated
+# release's (its names and signatures: tests/test_fake_npu_surface.py compares them with the
+# wheels). It reads the state above.
 from torch_npu import npu  # noqa: E402
 
+_release.apply(npu, _simulated)
 
 
 class _Hooks(torch._C._acc.PrivateUse1Hooks):

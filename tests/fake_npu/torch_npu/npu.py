@@ -1,12 +1,15 @@
 """The stand-in's ``torch_npu.npu`` (``torch.npu``): the device-module API of the simulated devices.
 
-Every public name here is one of the real ``torch_npu.npu``'s, with the real release's signature
-(parameter names, kinds, defaults): tests/test_fake_npu_surface.py reads the real wheels and fails
-when a name or signature here drifts from them, or when a name runtime migration, the port tool's
-output or the examples use is missing. The real names not simulated are listed, generated, in
-tests/fake_npu/NOT_SIMULATED.txt. Calls that cannot be simulated on a CPU-backed device (graph
-capture, the caching allocator's raw blocks) exist with the real signature and raise
-``RuntimeError("fake npu: ... is not simulated")``.
+Every public name here is one of the real ``torch_npu.npu``'s. Each is written with every
+parameter any simulated release has (the newest signature); at import the package makes the
+module the simulated release's (``_release.apply`` with ``releases.json``, generated from the
+wheels): a name that release lacks is removed, and a differing signature is replaced by the
+release's, so a call the release refuses raises TypeError. tests/test_fake_npu_surface.py reads
+the real wheels and fails, per release, when a name or signature of ``torch.npu`` drifts from
+them, or when a name runtime migration, the port tool's output or the examples use is missing.
+The real names not simulated are listed, generated, in tests/fake_npu/NOT_SIMULATED.txt. Calls
+that cannot be simulated on a CPU-backed device (graph capture, the caching allocator's raw
+blocks) exist with the real signature and raise ``RuntimeError("fake npu: ... is not simulated")``.
 
 State (current device, generators, memory figures) lives in the package (``torch_npu``), which
 imports this module after creating it.
@@ -310,6 +313,17 @@ class MemPool:
 
     def __init__(self, allocator=None, use_on_oom=False, no_split=False):
         self.allocator = allocator
+
+
+class MemPoolContext:
+    """Makes a pool the active one while it lives; the simulated devices have one pool, the host's."""
+
+    def __init__(self, pool):
+        self.pool = pool
+
+    @staticmethod
+    def active_pool():
+        return None  # allocations go to the host's one pool
 
 
 def use_mem_pool(pool, device=None):
