@@ -267,8 +267,8 @@ def test_signals_to_handle_and_their_defaults() -> None:
     assert _parse(["--signals-to-handle", "SIGTERM, usr1,SIGUSR2"]).signals_to_handle == (
         signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
     assert DEFAULT_STOP_SIGNALS == tuple(getattr(signal, n) for n in torchrun_flags.DEFAULT_SIGNALS)
-    torch_default = next(a.default for a in _torch_flags() if a.dest == "signals_to_handle")
-    assert torch_default == ",".join(torchrun_flags.DEFAULT_SIGNALS)
+    torch_default = [a.default for a in _torch_flags() if a.dest == "signals_to_handle"]  # torch >= 2.8
+    assert torch_default in ([], [",".join(torchrun_flags.DEFAULT_SIGNALS)])
 
 
 def test_torchruns_variables_stand_in_for_left_out_flags(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -287,14 +287,18 @@ def test_torchruns_variables_stand_in_for_left_out_flags(monkeypatch: pytest.Mon
 
 def test_the_layout_is_torchs_default_logs_specs(tmp_path: Path) -> None:
     """Layout (for a torch without LogsSpecs) writes exactly what torch's DefaultLogsSpecs writes."""
-    from torch.distributed.elastic.multiprocessing.api import DefaultLogsSpecs, Std
+    api = pytest.importorskip("torch.distributed.elastic.multiprocessing.api")
+    if not hasattr(api, "DefaultLogsSpecs"):
+        pytest.skip("this torch has no DefaultLogsSpecs (torch < 2.3): Layout is the layout")
+    DefaultLogsSpecs, LogsDest, Std = api.DefaultLogsSpecs, api.LogsDest, api.Std
+    filtered = "filtered_stdout" in LogsDest.__dataclass_fields__  # newer torch; before, Layout's own files
 
     def tree(specs: object, root: Path) -> tuple[list[str], dict]:
         envs = {local: {"TORCHELASTIC_RUN_ID": "job", "TORCHELASTIC_RESTART_COUNT": "1"} for local in range(3)}
         dest = logs_layout.destinations(specs, envs)
         rel = lambda p: re.sub(r"job_[^/]+", "job_X", os.path.relpath(p, root)) if p else p  # noqa: E731
         shown = {"out": [(rel(s.file), s.console) for s in dest.out], "err": [(rel(s.file), s.console) for s in dest.err],
-                 "errors": [rel(e) for e in dest.error_files], "filtered": rel(dest.filtered_stdout),
+                 "errors": [rel(e) for e in dest.error_files], "filtered": rel(dest.filtered_stdout) if filtered else "",
                  "env": [rel(e["TORCHELASTIC_ERROR_FILE"]) for e in envs.values()]}
         return sorted(re.sub(r"job_[^/]+", "job_X", os.path.relpath(p, root)) for p in map(str, root.rglob("*"))), shown
 
@@ -303,6 +307,17 @@ def test_the_layout_is_torchs_default_logs_specs(tmp_path: Path) -> None:
     ours = logs_layout.Layout(log_dir=str(tmp_path / "b"), redirects={0: 1, 2: 3}, tee={1: 2, 2: 1},
                               local_ranks_filter={0, 1})
     assert tree(ours, tmp_path / "b") == tree(theirs, tmp_path / "a")
+
+
+def test_the_layout_is_torchs_where_torch_has_one() -> None:
+    """torch's DefaultLogsSpecs where it has the duplicate filters' files; Layout before (torch < 2.3 has none)."""
+    from torch.distributed.elastic.multiprocessing import api
+
+    dest = getattr(api, "LogsDest", None)
+    if dest is not None and "filtered_stdout" in dest.__dataclass_fields__:
+        assert logs_layout.specs_class(None) is api.DefaultLogsSpecs
+    else:
+        assert logs_layout.specs_class(None) is logs_layout.Layout
 
 
 def test_torchrun_flags_pick_torchruns_layout() -> None:
