@@ -89,7 +89,6 @@ class Board:
 
     def __init__(self, js: JobStore) -> None:
         self.js = js
-        self.cfg = js.cfg
         self.generation = 0
         self.interval = timing.heartbeat_interval(self.cfg.node_timeout)
         self.claimed = False  # this launcher holds its node rank: it counts as one of the job's nodes
@@ -115,6 +114,11 @@ class Board:
         self._told: tuple[str, float] | None = None  # (seen key, when) of the job's end, published or read
         js.events = self.raise_event
         js.explain = self._explain_error
+
+    @property
+    def cfg(self) -> Any:
+        """This node's config (:attr:`.JobStore.cfg`: the node rank is filled in at the rendezvous)."""
+        return self.js.cfg
 
     # -- the round
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from npu_migrate import autoload
 from npu_migrate.argparsing import OneLineParser, run_command
-from npu_migrate.launch import authstore, features, forked_server, ports, secret
+from npu_migrate.launch import authstore, features, forked_server, ports, rdzv_flags, secret
 from npu_migrate.launch.config import CONTROL_PORT_OFFSET, DEFAULT_PORT, Target, make_config, world_table
 from npu_migrate.launch import executable, hccl, ranktable, schedulers, signals, torchrun_flags
 from npu_migrate.launch.errors import LaunchUsageError, say
@@ -48,15 +48,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "torchrun's words: auto (the family's devices, on CPU the CPUs this process may use), "
                              "cpu (that many CPU ranks), gpu or npu (every CUDA or NPU device, on that family); "
                              "xpu is refused (no launcher family).")
-    parser.add_argument("--nnodes", "--world-size", "--world_size", dest="nnodes", type=int, default=None,
-                        help="Number of nodes; --world-size is accepted for scripts that call it that (default: 1, or from Slurm/Kubeflow).")
+    parser.add_argument("--nnodes", "--world-size", "--world_size", dest="nnodes", action=rdzv_flags.NodeRange,
+                        default=None, metavar="N|MIN:MAX",
+                        help="Number of nodes; --world-size is accepted for scripts that call it that (default: 1, "
+                             "or from Slurm/Kubeflow). MIN:MAX (with --rdzv-backend c10d and no --node-rank): wait "
+                             "for MIN nodes, then up to last_call_timeout (--rdzv-conf) for more, up to MAX; the "
+                             "world is fixed at that first rendezvous and restarts need the same nodes again. With "
+                             "static, MIN:MAX waits for MAX nodes, as torchrun's static rendezvous does.")
+    parser.set_defaults(min_nodes=None)  # set by --nnodes MIN:MAX
     parser.add_argument("--node-rank", "--node_rank", dest="node_rank", type=int, default=None,
-                        help="Index of this node in [0, nnodes) (default: 0, or from Slurm/Kubeflow).")
+                        help="Index of this node in [0, nnodes) (default: 0, or from Slurm/Kubeflow; with "
+                             "--rdzv-backend c10d, assigned at the rendezvous: node 0 is the launcher that serves "
+                             "the endpoint).")
     parser.add_argument("--addr", "--master-addr", "--master_addr", dest="addr", default=None,
-                        help="Address of node 0; on node 0 it must be one of its own (default: 127.0.0.1, or from Slurm/Kubeflow).")
+                        help="Address of node 0; on node 0 it must be one of its own (default: 127.0.0.1, or from "
+                             "Slurm/Kubeflow; --rdzv-endpoint's host where that is given).")
     parser.add_argument("--port", "--master-port", "--master_port", dest="port", type=int, default=None,
                         help=f"MASTER_PORT (default: a free port on one node, {DEFAULT_PORT} on several; "
-                             f"multi-node launchers also use port + {CONTROL_PORT_OFFSET} for the rendezvous).")
+                             f"multi-node launchers also use port + {CONTROL_PORT_OFFSET} for the rendezvous; "
+                             "--rdzv-endpoint's port where that is given).")
     parser.add_argument("--device", default=None, choices=FAMILY_CHOICES,
                         help="Device family (default: NPU_MIGRATE_DEVICE, else detected; auto detects).")
     parser.add_argument("--log-dir", "--log_dir", dest="log_dir", default=None, metavar="DIR",
@@ -89,9 +99,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Seconds without a node's heartbeat before it counts as lost and the job "
                              "ends or restarts (default: %(default)s).")
     parser.add_argument("--job-id", "--rdzv-id", "--rdzv_id", dest="job_id", default=None,
-                        help="The job's token, the same on every node; launchers of other jobs on the same "
+                        help="The job's token (torchrun's --rdzv-id), the same on every node; launchers of other "
+                             "jobs on the same "
                              "address and port are refused (default: SLURM_JOB_ID, TORCHELASTIC_RUN_ID, or a "
                              "hash of --addr, --port and the script with its arguments).")
+    parser.add_argument("--rdzv-backend", "--rdzv_backend", dest="rdzv_backend", default=None, metavar="BACKEND",
+                        help="torchrun's rendezvous backend: static (the default: every node gives --node-rank; "
+                             "--rdzv-endpoint is MASTER_ADDR:MASTER_PORT) or c10d (node 0 serves the rendezvous "
+                             "at --rdzv-endpoint; without --node-rank each node gets its node rank there, and "
+                             "--nnodes MIN:MAX is elastic). etcd and other backends are refused.")
+    parser.add_argument("--rdzv-endpoint", "--rdzv_endpoint", dest="rdzv_endpoint", default=None,
+                        metavar="HOST[:PORT]",
+                        help="Node 0's address and port, the same on every node: --addr HOST --port PORT (PORT "
+                             f"serves the ranks' store as MASTER_PORT, PORT + {CONTROL_PORT_OFFSET} the launchers'; "
+                             f"default port with c10d: {rdzv_flags.C10D_DEFAULT_PORT}, as torchrun; 0 picks a free "
+                             "one on a single node).")
+    parser.add_argument("--rdzv-conf", "--rdzv_conf", dest="rdzv_conf", default=None, metavar="KEY=VALUE,...",
+                        help="torchrun's rendezvous settings: join_timeout (= --join-timeout), last_call_timeout "
+                             "(--nnodes MIN:MAX: how long to wait for more nodes once MIN are in; default "
+                             f"{rdzv_flags.DEFAULT_LAST_CALL_TIMEOUT:g}), close_timeout, read_timeout (one call on "
+                             "the launcher store), timeout (static: --join-timeout), is_host (c10d: this launcher "
+                             "serves node 0's stores); heartbeat_timeout, keep_alive_interval, "
+                             "keep_alive_max_attempt, use_libuv and store_type=tcp are accepted without effect "
+                             "(liveness is --node-timeout). Unknown keys are refused.")
     parser.add_argument("--hang-timeout", "--hang_timeout", dest="hang_timeout", type=float, default=None,
                         help="Seconds without progress (no rank entering or leaving a collective while one "
                              "waits in one) before every rank's stack, collective and who is behind are "
@@ -240,7 +270,8 @@ def _run(args: argparse.Namespace) -> int:
     if cfg.torchrun.numa_binding:
         notes += f", --numa-binding {cfg.torchrun.numa_binding} not applied (ranks may run on every CPU of the launcher)"
     threads = f", {cfg.omp_threads} thread(s) per rank" if cfg.omp_threads else ""
-    say(f"node {cfg.node_rank} of {cfg.nnodes}: {cfg.nproc} process(es) on {cfg.device} with {cfg.backend}, "
+    where = cfg.rdzv.describe(cfg.nnodes) if cfg.rdzv.assign else f"node {cfg.node_rank} of {cfg.nnodes}"
+    say(f"{where}: {cfg.nproc} process(es) on {cfg.device} with {cfg.backend}, "
         f"master {cfg.addr}:{cfg.port}, {cfg.net_note}{threads} (settings from {cfg.sources}){notes}")
     code: int | None = None
     try:

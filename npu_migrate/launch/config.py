@@ -20,10 +20,10 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from npu_migrate.launch import cluster, hccl, ports, ranktable, schedulers, torchrun_settings
+from npu_migrate.launch import cluster, hccl, ports, ranktable, rdzv_flags, schedulers, torchrun_settings
 from npu_migrate.launch.errors import LaunchError, LaunchUsageError
 from npu_migrate.launch.options import DEFAULT_JOIN_TIMEOUT, DEFAULT_NODE_TIMEOUT, LaunchOptions
 from npu_migrate.launch.output import OutputSettings
@@ -43,8 +43,8 @@ class LaunchConfig:
 
     Attributes:
         nproc: processes (devices) on this node.
-        nnodes: nodes in the job.
-        node_rank: index of this node.
+        nnodes: nodes in the job (with ``rdzv.min_nodes``, the most until the rendezvous fixes it).
+        node_rank: index of this node (-1 until the rendezvous assigns it, with ``rdzv.assign``).
         addr: address of node 0, where rank 0 serves the rendezvous.
         port: MASTER_PORT.
         device: device family of the workers.
@@ -70,6 +70,7 @@ class LaunchConfig:
         scheduler: who started the launcher (:class:`.schedulers.Scheduler` value), for messages.
         agreed: the HCCL variables every node must share, as this node has them (:mod:`.hccl`).
         rank_table: the rank table the ranks come from.
+        rdzv: torchrun's rendezvous flags as this job runs them (:mod:`.rdzv_flags`).
         torchrun: torchrun's other flags as this job runs them (:class:`.torchrun_settings.Settings`).
         error_files: each local rank's ``TORCHELASTIC_ERROR_FILE`` in the attempt that runs (:mod:`.ranks`).
     """
@@ -99,6 +100,7 @@ class LaunchConfig:
     scheduler: str = "defaults"
     agreed: tuple[tuple[str, str], ...] = ()
     rank_table: str | None = None
+    rdzv: rdzv_flags.RdzvSettings = rdzv_flags.RdzvSettings()
     torchrun: torchrun_settings.Settings = torchrun_settings.Settings()
     error_files: tuple[str, ...] = ()
 
@@ -159,9 +161,11 @@ def _plain_settings(
     max_restarts: int,
     environ: dict[str, str],
     rank_table_timeout: float | None = None,
+    assign: bool = False,
     standalone: bool = False,
 ) -> dict[str, Any]:
-    """The checks that need no torch, so bad input is refused before anything heavy starts."""
+    """The checks that need no torch, so bad input is refused before anything heavy starts (``assign``:
+    node ranks from the rendezvous; no scheduler's node rank, and no node-0 checks before it)."""
     given = {"nnodes": nnodes, "node_rank": node_rank, "addr": addr, "port": port, "nproc": nproc}
     try:
         avoid = hccl.host_ports(environ)
@@ -174,8 +178,11 @@ def _plain_settings(
             raise LaunchUsageError(f"could not read the cluster environment: {exc}. Pass --nnodes, --node-rank "
                                    "and --addr.") from None
         found = schedulers.Detected(schedulers.Scheduler.NONE, rank_table=environ.get(schedulers.RANK_TABLE_ENV) or None)
-    from_env = [k for k in found.values if given.get(k) is None]
+    assign = assign and not found.rank_table  # a rank table numbers the servers itself
+    from_env = [k for k in found.values if given.get(k) is None and not (assign and k == "node_rank")]
     values = {k: (v if v is not None else found.values.get(k)) for k, v in given.items()}
+    if assign:
+        values["node_rank"] = None
     sources = ", ".join(
         part for part in (
             "flags" if any(given[k] is not None for k in ("nnodes", "node_rank", "addr", "port")) else "",
@@ -193,13 +200,14 @@ def _plain_settings(
             values["addr"], addr_is_service = table.servers[0].address(), False
         sources += f"; ranks from rank table {table.path} (version {table.version}, {len(table.servers)} server(s))"
     nnodes = 1 if values["nnodes"] is None else int(values["nnodes"])
-    node_rank = 0 if values["node_rank"] is None else int(values["node_rank"])
+    assign = assign and nnodes > 1
+    node_rank = -1 if assign else 0 if values["node_rank"] is None else int(values["node_rank"])
     addr = "127.0.0.1" if values["addr"] is None else str(values["addr"])
     nproc = None if values["nproc"] is None else int(values["nproc"])
 
     if nnodes < 1:
         raise LaunchUsageError(f"--nnodes {nnodes} is not positive: expected the number of nodes, 1 or more.")
-    if not 0 <= node_rank < nnodes:
+    if not assign and not 0 <= node_rank < nnodes:
         raise LaunchUsageError(
             f"--node-rank {node_rank} is outside [0, {nnodes}) for --nnodes {nnodes}: "
             "give each node a different rank from 0 to nnodes-1."
@@ -239,7 +247,8 @@ def _plain_settings(
                        f" (the same on every node; the launcher also uses --port + {CONTROL_PORT_OFFSET}).")
                 )
     return {"nnodes": nnodes, "node_rank": node_rank, "addr": addr, "port": port, "sources": sources,
-            "nproc": nproc, "ranks": ranks, "found": found, "hccl_ports": avoid, "port_from": port_from}
+            "nproc": nproc, "ranks": ranks, "found": found, "hccl_ports": avoid, "port_from": port_from,
+            "assign": assign}
 
 
 def default_job_id(addr: str, port: int, identity: str, environ: dict[str, str]) -> str:
@@ -293,9 +302,14 @@ def make_config(
     """
     opts = LaunchOptions.build(options, **given)
     environ = dict(os.environ if environ is None else environ)
+    settled = rdzv_flags.settle(opts.rdzv_backend, opts.rdzv_endpoint, opts.rdzv_conf, opts.nnodes, opts.min_nodes,
+                                opts.node_rank, opts.addr, opts.port, opts.join_timeout)
     keyword = opts.nproc if isinstance(opts.nproc, str) else None  # --nproc-per-node auto/cpu/gpu/npu/xpu
-    plain = _plain_settings(None if keyword else opts.nproc, opts.nnodes, opts.node_rank, opts.addr, opts.port,
-                            opts.max_restarts, environ, opts.rank_table_timeout, standalone=opts.standalone)
+    plain = _plain_settings(None if keyword else opts.nproc, settled.nnodes, opts.node_rank, settled.addr, settled.port,
+                            opts.max_restarts, environ, opts.rank_table_timeout, assign=settled.rdzv.assign,
+                            standalone=opts.standalone)
+    assign = plain.pop("assign")
+    rdzv = replace(settled.rdzv, assign=assign, min_nodes=settled.rdzv.min_nodes if assign else None)
     found: schedulers.Detected = plain.pop("found")
     hccl_ports: hccl.PortRange = plain.pop("hccl_ports")
     port_from: str = plain.pop("port_from")
@@ -349,27 +363,32 @@ def make_config(
     return LaunchConfig(
         **torchrun_settings.settle(opts, spec, environ, nproc),
         nproc=nproc, device=spec.name, backend=backend, log_dir=log_dir,
-        max_restarts=opts.max_restarts, join_timeout=opts.join_timeout, omp_threads=omp,
+        max_restarts=opts.max_restarts, join_timeout=settled.join_timeout, omp_threads=omp,
         job_id=opts.job_id or default_job_id(plain["addr"], plain["port"], identity, environ),
         node_timeout=opts.node_timeout, net_env=tuple(sorted(net_env.items())), net_note=net_note,
         hang_timeout=effective_timeout(opts.hang_timeout, plain["nnodes"] * nproc), hang_action=opts.hang_action,
         error_file=os.path.abspath(opts.error_file) if opts.error_file else None, preflight=bool(opts.preflight),
         output=output, ranks=ranks, scheduler=found.scheduler.value,
-        agreed=tuple(sorted(hccl.agreed_values(environ).items())), rank_table=found.rank_table, **plain,
+        agreed=tuple(sorted(hccl.agreed_values(environ).items())), rank_table=found.rank_table, rdzv=rdzv, **plain,
     )
 
 
 
 def world_table(cfg: LaunchConfig, target: Target) -> str:
     """The ``--dry-run`` text: every process of this node, its ranks, device, backend and variables."""
+    nodes = f"{cfg.rdzv.min_nodes} to {cfg.nnodes}" if cfg.rdzv.min_nodes is not None else f"{cfg.nnodes}"
     lines = [
-        f"world: {cfg.nnodes} node(s) x {cfg.nproc} process(es) = {cfg.world_size} rank(s) on "
-        f"{cfg.device} with {cfg.backend}; master {cfg.addr}:{cfg.port}; settings from {cfg.sources}",
+        f"world: {nodes} node(s) x {cfg.nproc} process(es)"
+        + ("" if cfg.rdzv.assign else f" = {cfg.world_size} rank(s)")
+        + f" on {cfg.device} with {cfg.backend}; master {cfg.addr}:{cfg.port}; settings from {cfg.sources}",
         f"target: {target.describe()}",
         f"job id: {cfg.job_id}; {cfg.net_note}",
         "",
         f"{'node':>4}  {'local_rank':>10}  {'rank':>4}  {'device':<8}  backend",
     ]
+    if cfg.rdzv.assign:  # the ranks follow from a node rank the rendezvous has not given yet
+        return "\n".join([*lines[:3], f"node rank: assigned at the {cfg.rdzv.backend} rendezvous (node 0 serves "
+                          f"{cfg.addr}:{cfg.port}); rank = node rank x {cfg.nproc} + local rank"])
     for local in range(cfg.nproc):
         lines.append(f"{cfg.node_rank:>4}  {local:>10}  {cfg.rank(local):>4}  {cfg.device_of(local):<8}  {cfg.backend}")
     lines.append("")

@@ -29,6 +29,7 @@ import socket
 import threading
 import time
 import uuid
+from dataclasses import replace
 from typing import Any, Callable, Sequence, TypeVar
 
 from npu_migrate.launch import authstore, cluster, cpplog, software, storewait, stores, timing
@@ -98,13 +99,16 @@ class JobStore:
             Interrupted: SIGINT/SIGTERM meanwhile.
         """
         cfg = self.cfg
-        master = cfg.node_rank == 0
         cpplog.quiet_launcher()  # a failed connect is reported below, in one line, not as C++ frames
+        if cfg.rdzv.assign:
+            self._serve_if_host()
+        master = self.server is not None if cfg.rdzv.assign else cfg.node_rank == 0
         # Where node 0 listens already, its store answers this torch's client at once, or never.
         first = min(cfg.join_timeout, timing.STORE_ANSWER_S) if not master and self._answers() else cfg.join_timeout
         try:
             # Bounded here too: torch's client waits for good on a listener that never answers.
-            self.store = self.call(lambda: self.make(master, first), "connect", within=first)
+            if self.store is None:
+                self.store = self.call(lambda: self.make(master, first), "connect", within=first)
             self.watch = self.call(lambda: self.make(False, cfg.join_timeout), "connect", within=cfg.join_timeout)
         except (RuntimeError, ValueError, TimeoutError, OSError) as exc:
             logger.debug("store: %s", exc)
@@ -125,6 +129,29 @@ class JobStore:
                 "launcher with --node-rank 0 on that host, with the same --port (and check that this "
                 "host can reach it)."
             ) from None
+
+    def _serve_if_host(self) -> None:
+        """Node ranks from the rendezvous: serve the store (becoming node 0) where this launcher may host it.
+
+        As torch's c10d backend decides who hosts its store: ``is_host`` in ``--rdzv-conf`` where
+        given, else whether the endpoint is one of this host's addresses; of several launchers on that
+        host, the first to bind the port serves and the others join it (unless ``is_host`` was given).
+        """
+        cfg = self.cfg
+        if not (cfg.rdzv.is_host if cfg.rdzv.is_host is not None else cluster.is_local_address(cfg.addr)):
+            return
+        try:
+            self.store = self.call(lambda: self.make(True, cfg.join_timeout), "connect", within=cfg.join_timeout)
+            self.cfg = replace(cfg, node_rank=0)  # the launcher that serves is node 0
+        except (RuntimeError, ValueError, TimeoutError, OSError) as exc:
+            logger.debug("store: %s", exc)
+            if self.server is not None or cfg.rdzv.is_host:
+                raise LaunchError(
+                    f"cannot serve the launcher store on {self.where} ({first_line(exc, 120)})"
+                    + (" as --rdzv-conf is_host=true asks: is another launcher of this job serving there?"
+                       if cfg.rdzv.is_host else "")
+                    + " Pick another port (the same on every node).") from None
+            logger.info("another launcher serves %s: joining it", self.where)
 
     def _answers(self) -> bool:
         """Whether something accepts a plain TCP connection at node 0's store address now."""

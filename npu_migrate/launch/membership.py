@@ -20,7 +20,7 @@ accepted when the ranks are exactly ``0..nnodes-1``.
 ========================== ===============================================================
 ``npu_migrate/job``        the job token, set by node 0; a launcher with another token is
                            refused and touches nothing else (another job or a stale launcher).
-``shape``                  ``{"nnodes", "device_num", "max_restarts", "hccl", "software"}``
+``shape``                  ``{"nnodes", "device_num", "max_restarts", "rdzv_backend", "hccl", "software"}``
                            (``hccl``: the HCCL variables every node must share, :mod:`.hccl`;
                            ``software``: the device family, backend, torch and torch_npu
                            releases, :mod:`.software`), first writer wins; a node with other
@@ -35,6 +35,9 @@ accepted when the ranks are exactly ``0..nnodes-1``.
                            ``round`` in the round's own store, so every node of the round uses
                            the same keys), and torch's ``synchronize`` keys beside them.
 ========================== ===============================================================
+
+**Node ranks from the rendezvous** (c10d without ``--node-rank``; node rank -1 until then) are
+given by :mod:`.assignment` after the token and flags were checked, before the claim.
 
 **Duplicates.** A node rank is claimed before the node joins a round: a second launcher with
 the same ``--node-rank`` finds the claim held by a launcher that answers its ping, and is refused
@@ -60,7 +63,7 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
-from npu_migrate.launch import authstore, secret, software, storewait, timing
+from npu_migrate.launch import assignment, authstore, secret, software, storewait, timing
 from npu_migrate.launch.board import Board
 from npu_migrate.launch.errors import LaunchError, first_line
 from npu_migrate.launch.jobstore import JobStore
@@ -81,9 +84,13 @@ class Membership:
     def __init__(self, js: JobStore, board: Board) -> None:
         self.js = js
         self.board = board
-        self.cfg = js.cfg
         self._handler: Any = None
         self._token_read = False
+
+    @property
+    def cfg(self) -> Any:
+        """This node's config (:attr:`.JobStore.cfg`: the node rank is filled in at the rendezvous)."""
+        return self.js.cfg
 
     # -- phase 1: connect, check the token, claim the node rank
 
@@ -119,8 +126,8 @@ class Membership:
         """Check the token and flags, start the heartbeat and claim the node rank (:meth:`connect`)."""
         js, cfg = self.js, self.cfg
         for client in (js.store, js.watch):
-            client.set_timeout(timedelta(seconds=timing.store_call_timeout(cfg.node_timeout)))
-        if cfg.node_rank == 0:
+            client.set_timeout(timedelta(seconds=timing.store_call_timeout(cfg.node_timeout, cfg.rdzv.read_timeout)))
+        if js.server is not None:  # node 0: it serves the store
             js.call(lambda: js.store.set(JOB_KEY, cfg.job_id), "token")
         theirs = printable(js.call(self._read_token, "token", within=timing.TOKEN_WAIT_S), FIELD_LIMIT)
         self._token_read = True
@@ -133,6 +140,8 @@ class Membership:
         self.board.generation = int(js.call(lambda: js.peek("gen"), "generation") or 0)
         self.board.start()
         js.call(self._check_shape, "shape")
+        if cfg.rdzv.assign:
+            assignment.assign(js, self.take)  # js.cfg gets this node's rank and the node count
         js.call(self._claim, "claim")
         self.board.claimed = True
 
@@ -164,7 +173,10 @@ class Membership:
 
     def _check_shape(self) -> None:
         js, cfg = self.js, self.cfg
-        mine: dict[str, Any] = {"nnodes": cfg.nnodes, "device_num": cfg.nproc, "max_restarts": cfg.max_restarts,
+        rdzv = cfg.rdzv
+        mine: dict[str, Any] = {"nnodes": cfg.nnodes if rdzv.min_nodes is None else f"{rdzv.min_nodes}:{cfg.nnodes}",
+                                "device_num": cfg.nproc, "max_restarts": cfg.max_restarts,
+                                "rdzv_backend": rdzv.backend + (" without --node-rank" if rdzv.assign else ""),
                                 "hccl": dict(cfg.agreed),  # HCCL variables every node must share (.hccl)
                                 "software": software.of_node(cfg.device, cfg.backend)}
         agreed = json.loads(js.store.compare_set(js.key("shape"), "", json.dumps(mine, sort_keys=True)).decode())
@@ -177,7 +189,9 @@ class Membership:
         if flags:
             diff = " ".join(f"--{k.replace('_', '-')} {mine[k]}" for k in flags)
             theirs = " ".join(f"--{k.replace('_', '-')} {printable(agreed.get(k), 40)}" for k in flags)
-            fix = "use the same --nnodes, --device-num and --max-restarts on every node."
+            fix = ("use the same --rdzv-backend on every node, with --node-rank on every node or on none."
+                   if "rdzv_backend" in flags else
+                   "use the same --nnodes, --device-num and --max-restarts on every node.")
         elif job_software != mine["software"]:
             diff = software.describe(mine["software"])
             theirs = printable(software.describe(job_software), 200)
@@ -191,7 +205,8 @@ class Membership:
             diff = " ".join(f"{printable(k, 100)}={printable(mine['hccl'].get(k, ''), 200) or '(unset)'}" for k in names)
             theirs = " ".join(f"{printable(k, 100)}={printable(job.get(k, ''), 200) or '(unset)'}" for k in names)
             fix = "HCCL needs the same value on every node; set it alike everywhere (or nowhere)."
-        message = f"node {cfg.node_rank} ({js.host}) {verb} {diff} but the job {verb} {theirs}: {fix}"
+        who = f"node {cfg.node_rank} ({js.host})" if cfg.node_rank >= 0 else f"the launcher on {js.host}"
+        message = f"{who} {verb} {diff} but the job {verb} {theirs}: {fix}"
         self.board.abort(message)
         raise LaunchError(message)
 
@@ -208,13 +223,19 @@ class Membership:
         Only a holder marked lost, or silent for ``--node-timeout``, is taken over. The loop is a
         compare-and-set retry (another launcher changed the claim meanwhile), never a poll.
         """
+        other = self.take(self.cfg.node_rank)
+        if other is not None:
+            self._refuse_duplicate(other)
+
+    def take(self, node_rank: int) -> dict[str, Any] | None:
+        """Take ``claim/<node_rank>`` if free or its launcher is lost: None, else the holder's record."""
         js, cfg = self.js, self.cfg
-        key = js.key(f"claim/{cfg.node_rank}")
+        key = js.key(f"claim/{node_rank}")
         mine = self._claim_value()
         while True:
             current = js.store.compare_set(key, "", mine).decode()
             if current == mine:
-                return
+                return None
             if not current:
                 continue
             other = as_record(current)
@@ -225,13 +246,13 @@ class Membership:
                 # Its launcher is gone: this is the node's replacement.
                 now = js.store.compare_set(key, current, mine).decode()
                 if now == mine:
-                    logger.info("took over node rank %s from a lost launcher on %s", cfg.node_rank,
+                    logger.info("took over node rank %s from a lost launcher on %s", node_rank,
                                 printable(other.get("host")))
-                    return
+                    return None
                 if now:
                     continue  # another replacement came first: ask about that one
                 # Released while it was asked: it was alive after all, and this launcher is a duplicate.
-            self._refuse_duplicate(other)
+            return other
 
     def _refuse_duplicate(self, other: dict[str, Any]) -> None:
         js, cfg = self.js, self.cfg
@@ -267,7 +288,7 @@ class Membership:
             timeout = RendezvousTimeout(
                 join=timedelta(seconds=cfg.join_timeout),
                 last_call=timedelta(seconds=timing.ROUND_LAST_CALL_S),
-                close=timedelta(seconds=timing.ROUND_CLOSE_S),
+                close=timedelta(seconds=cfg.rdzv.close_timeout or timing.ROUND_CLOSE_S),
                 heartbeat=timedelta(seconds=max(cfg.node_timeout, timing.KEEP_ALIVES_BEFORE_DROP * keep_alive)),
             )
             # torch >= 2.4 would also start a second TCPStore server for torchelastic's agent;

@@ -45,7 +45,8 @@ class LaunchOptions:
 
     Attributes:
         nproc: processes on this node, one per device (None: the family's devices, 1 on CPU).
-        nnodes: nodes in the job (None: 1, or from the scheduler).
+        nnodes: nodes in the job (None: 1, or from the scheduler); with ``min_nodes``, the most.
+        min_nodes: ``--nnodes MIN:MAX``'s MIN (None: ``nnodes`` is fixed; :mod:`.rdzv_flags`).
         node_rank: index of this node (None: 0, or from the scheduler).
         addr: address of node 0 (None: 127.0.0.1, or from the scheduler).
         port: MASTER_PORT (None: a free port on one node, the default port on several).
@@ -65,6 +66,9 @@ class LaunchOptions:
             None: prefixes by default, no filter, no tee).
         rank_table_timeout: seconds to wait for ``RANK_TABLE_FILE`` to be completed (None:
             ``NPU_MIGRATE_RANK_TABLE_TIMEOUT``, else :data:`.ranktable.DEFAULT_TIMEOUT`).
+        rdzv_backend: ``"c10d"`` or ``"static"`` (None: static; :mod:`.rdzv_flags`).
+        rdzv_endpoint: ``HOST[:PORT]``, node 0's address (None: ``addr`` and ``port``).
+        rdzv_conf: ``"key=value,..."``, torchrun's ``--rdzv-conf`` (:data:`.rdzv_flags.CONF_KEYS`).
         standalone, role, monitor_interval, signals_to_handle, shutdown_timeout, virtual_local_rank,
             local_addr, event_log_handler, numa_binding: torchrun's flags of those names
             (:mod:`.torchrun_flags`; ``nproc`` may also be one of its ``--nproc-per-node`` words).
@@ -87,6 +91,10 @@ class LaunchOptions:
     preflight: bool | None = None
     output: OutputSettings | None = None
     rank_table_timeout: float | None = None
+    min_nodes: int | None = None
+    rdzv_backend: str | None = None
+    rdzv_endpoint: str | None = None
+    rdzv_conf: str | None = None
     standalone: bool = False
     role: str = "default"
     monitor_interval: float | None = None

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from npu_migrate.launch.board import Board
 from npu_migrate.launch.config import LaunchConfig
+from npu_migrate.launch.errors import LaunchError
 from npu_migrate.launch.jobstore import JobStore
 from npu_migrate.launch.membership import JOB_KEY, Membership
 from npu_migrate.launch.records import Event, EventKind, JobEvent, Round
@@ -38,10 +39,14 @@ class Rendezvous:
     """This launcher's membership in a multi-node job and its side of the board (see the module docstring)."""
 
     def __init__(self, cfg: LaunchConfig, signals: Signals) -> None:
-        self.cfg = cfg
         self.js = JobStore(cfg, signals)
         self.board = Board(self.js)
         self.membership = Membership(self.js, self.board)
+
+    @property
+    def cfg(self) -> LaunchConfig:
+        """This node's config; with node ranks from the rendezvous, its node rank is known after :meth:`connect`."""
+        return self.js.cfg
 
     @property
     def host(self) -> str:
@@ -49,8 +54,15 @@ class Rendezvous:
         return self.js.host
 
     def connect(self) -> None:
-        """See :meth:`.Membership.connect`."""
+        """See :meth:`.Membership.connect`; a node rank from the rendezvous: this node's earlier logs are refused."""
         self.membership.connect()
+        cfg = self.cfg
+        if cfg.rdzv.assign:
+            try:
+                cfg.output.check(cfg.nproc, cfg.log_dir, cfg.node_rank)
+            except LaunchError as exc:  # the others would wait for this node in the round: end the job
+                self.board.abort(f"node {cfg.node_rank} ({self.host}): {exc}")
+                raise
 
     def join(self) -> Round:
         """See :meth:`.Membership.join`."""

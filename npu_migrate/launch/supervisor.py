@@ -121,7 +121,7 @@ class Job(RankProcesses):
                 if cfg.log_dir:
                     os.makedirs(cfg.log_dir, exist_ok=True)
                 log_file = os.path.join(cfg.log_dir, f"launcher-node{cfg.node_rank}.log") if cfg.log_dir else None
-                quiet_torch_elastic(log_file)
+                quiet_torch_elastic(None if cfg.rdzv.assign else log_file)  # assigned: once the node rank is known
                 if cfg.nnodes > 1:
                     from npu_migrate.launch.rendezvous import Rendezvous
 
@@ -161,7 +161,7 @@ class Job(RankProcesses):
     def _write_report(self, code: int) -> None:
         """--error-file and report-node{K}.json in --log-dir: every rank's exit, the first failure, the hang."""
         cfg = self.cfg
-        targets = report.paths(cfg.error_file, cfg.log_dir, cfg.node_rank)
+        targets = report.paths(cfg.error_file, cfg.log_dir if cfg.node_rank >= 0 else None, cfg.node_rank)  # -1: none
         if not targets:
             return
         first = self._first_record
@@ -230,6 +230,12 @@ class Job(RankProcesses):
             self.rdzv.connect()
         except JobEvent as exc:
             raise self._ended_by(exc) from None
+        if self.cfg.rdzv.assign:  # this node's rank came from the rendezvous (:mod:`.assignment`)
+            cfg = self.cfg = self.watch.cfg = self.rdzv.cfg
+            if cfg.log_dir:
+                quiet_torch_elastic(os.path.join(cfg.log_dir, f"launcher-node{cfg.node_rank}.log"))
+            self.ranks_store = stores.RankStore(cfg.addr, cfg.port) if cfg.node_rank == 0 else None
+            say(f"this is node {cfg.node_rank} of {cfg.nnodes} (node rank from the {cfg.rdzv.backend} rendezvous)")
 
     def _serve_ranks_store(self) -> None:
         """Node 0: a new store on MASTER_PORT before this attempt's ranks (or pre-flight) start."""

@@ -32,9 +32,10 @@ LEAVE_S = 2.0
 may take at exit: the launcher must end within 5 s of a signal."""
 
 
-def store_call_timeout(node_timeout: float) -> float:
-    """The timeout of one call on node 0's store (never below :data:`STORE_CALL_MIN_S`)."""
-    return max(STORE_CALL_MIN_S, node_timeout)
+def store_call_timeout(node_timeout: float, read_timeout: float | None = None) -> float:
+    """The timeout of one call on node 0's store: never below :data:`STORE_CALL_MIN_S`, or below
+    ``read_timeout`` where ``--rdzv-conf`` gives one (torch's c10d store timeout), nor ``node_timeout``."""
+    return max(STORE_CALL_MIN_S if read_timeout is None else read_timeout, node_timeout)
 
 
 # --------------------------------------------------------------------------- the heartbeat
