@@ -2,7 +2,7 @@
 
 Usage::
 
-    if not forked_server.start(PRELOADED, kill_worker_groups):   # before this process imports torch
+    if not forked_server.start(PRELOADED, arm_exit):   # before this process imports torch
         forkserver.ensure_running()   # multiprocessing's usual start: a fresh interpreter
 
 multiprocessing starts its fork server as a new interpreter (``python -c "from
@@ -15,8 +15,11 @@ does both with one import:
    device extensions, the start-up hooks held: :func:`npu_migrate._torch_hook.import_held`);
 2. it lets multiprocessing start its fork server as usual, but the one call that would start the
    interpreter forks this process instead; the child gives up what a new interpreter would not
-   have (file descriptors, Python signal handlers, exit handlers, the fault handler, the job
-   secret) and runs multiprocessing's own ``main`` with the arguments multiprocessing wrote for it;
+   have (file descriptors, Python signal handlers, the fault handler, the job secret) and runs
+   multiprocessing's own ``main`` with the arguments multiprocessing wrote for it. The exit handlers
+   the imports registered (logging's, multiprocessing's, ``weakref.finalize``'s, torch's DataLoader
+   flag, :mod:`npu_migrate._exit`) stay: a new interpreter's fork server registers the same ones
+   importing the same modules, and each rank runs them at its end as Python would (:mod:`.worker`);
 3. this process then loads the device extensions and runs the held hooks
    (:func:`npu_migrate._torch_hook.resume`), as each worker does, and keeps torch's C++ warnings off
    the launcher's console (:func:`npu_migrate.launch.cpplog.quiet_loaded`).
@@ -124,11 +127,15 @@ def _server_call(args: list[str]) -> tuple[list[Any], dict[str, Any]]:
     return positional, keywords
 
 
-def _drop_what_a_new_interpreter_lacks(keep: set[int], at_exit: Callable[[], None]) -> None:
-    """In the forked child: undo what this launcher set up that a new interpreter would not have."""
-    import atexit
+def _drop_what_a_new_interpreter_lacks(keep: set[int], arm_exit: Callable[[], None]) -> None:
+    """In the forked child: undo what this launcher set up that a new interpreter would not have.
+
+    Exit handlers stay: those registered so far are the imports' own (a launcher started from the
+    command line registers none of its own before it starts the fork server), which a new
+    interpreter's fork server registers too.
+    """
     import faulthandler
-    from multiprocessing import resource_tracker, util
+    from multiprocessing import resource_tracker
 
     from npu_migrate.launch import authstore
 
@@ -147,9 +154,7 @@ def _drop_what_a_new_interpreter_lacks(keep: set[int], at_exit: Callable[[], Non
     for attr in ("_fd", "_pid"):  # the launcher's tracker; the workers get theirs from the launcher
         if hasattr(tracker, attr):
             setattr(tracker, attr, None)
-    atexit._clear()  # the launcher's own exit handlers stay the launcher's
-    atexit.register(util._exit_function)
-    atexit.register(at_exit)
+    arm_exit()
     for name in os.listdir("/proc/self/fd"):
         fd = int(name)
         if fd > 2 and fd not in keep:
@@ -159,12 +164,13 @@ def _drop_what_a_new_interpreter_lacks(keep: set[int], at_exit: Callable[[], Non
                 pass
 
 
-def _fork_server(args: list[str], passfds: list[int], at_exit: Callable[[], None],
-                 arm: Callable[[], None] | None) -> int:
+def _fork_server(args: list[str], passfds: list[int], arm_exit: Callable[[], None],
+                 arm: Callable[[], None] | None, spawnv_passfds: Callable[..., int]) -> int:
     """Fork this process and run multiprocessing's fork server ``main`` in the child (after ``arm``);
-    return its pid."""
+    return its pid. The child gets multiprocessing's own ``spawnv_passfds`` back: a rank's own fork
+    server (a DataLoader's ``forkserver`` context) is a new interpreter, as under torchrun."""
     positional, keywords = _server_call(args)
-    from multiprocessing import forkserver
+    from multiprocessing import forkserver, util
 
     sys.stdout.flush()
     sys.stderr.flush()
@@ -173,7 +179,8 @@ def _fork_server(args: list[str], passfds: list[int], at_exit: Callable[[], None
         return pid
     code = 1
     try:
-        _drop_what_a_new_interpreter_lacks(set(passfds), at_exit)
+        util.spawnv_passfds = spawnv_passfds
+        _drop_what_a_new_interpreter_lacks(set(passfds), arm_exit)
         if arm is not None:
             arm()  # what the features' variables arm at a new interpreter's start-up
         forkserver.main(*positional, **keywords)
@@ -195,7 +202,7 @@ def _fork_server(args: list[str], passfds: list[int], at_exit: Callable[[], None
 
 
 @contextmanager
-def _forking_spawn(at_exit: Callable[[], None], arm: Callable[[], None] | None) -> Iterator[None]:
+def _forking_spawn(arm_exit: Callable[[], None], arm: Callable[[], None] | None) -> Iterator[None]:
     """While inside: multiprocessing's ``spawnv_passfds`` forks this process for the fork server.
 
     Where multiprocessing's command is not one :func:`_server_call` reads, the call starts the new
@@ -207,7 +214,7 @@ def _forking_spawn(at_exit: Callable[[], None], arm: Callable[[], None] | None) 
 
     def fork_or_spawn(path: str, args: list[str], passfds: Any) -> int:
         try:
-            return _fork_server(list(args), list(passfds), at_exit, arm)
+            return _fork_server(list(args), list(passfds), arm_exit, arm, spawn)
         except _Unreadable:
             return spawn(path, args, passfds)
 
@@ -218,13 +225,13 @@ def _forking_spawn(at_exit: Callable[[], None], arm: Callable[[], None] | None) 
         util.spawnv_passfds = spawn
 
 
-def start(preloaded: Sequence[str], at_exit: Callable[[], None], exported: Collection[str] = (),
+def start(preloaded: Sequence[str], arm_exit: Callable[[], None], exported: Collection[str] = (),
           arm: Callable[[], None] | None = None) -> bool:
     """Start multiprocessing's fork server as a fork of this process, after one ``import torch``.
 
     Args:
         preloaded: what the fork server's preload imports, imported here instead.
-        at_exit: the fork server's exit handler (it replaces this process's own there).
+        arm_exit: registers the fork server's own exit handler, called in the fork server.
         exported: variables the launcher's features set since this process started.
         arm: run in the fork server before its first worker, for those variables: what a new
             interpreter's start-up hook would arm (migration, the probe, waiting for the workers'
@@ -248,7 +255,7 @@ def start(preloaded: Sequence[str], at_exit: Callable[[], None], exported: Colle
     from npu_migrate import _torch_hook
 
     _torch_hook.import_held(preloaded)  # what the preload imports; an error here is the launcher's
-    with _forking_spawn(at_exit, arm):
+    with _forking_spawn(arm_exit, arm):
         forkserver.ensure_running()
     cpplog.quiet_loaded()
     _torch_hook.resume()

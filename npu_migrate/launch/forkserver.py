@@ -7,7 +7,7 @@ Usage::
     stop_fork_server()             # once every worker is reaped
 
 The fork server imports :mod:`npu_migrate._preload` (torch, quietly) once. Importing this module
-inside the fork server registers :func:`kill_worker_groups` to run at its exit, so killing the
+inside the fork server registers :func:`kill_worker_groups` to run at its exit (:func:`arm_exit`), so killing the
 launcher (even with SIGKILL) takes every worker's process group with it.
 """
 
@@ -42,13 +42,33 @@ def in_fork_server() -> bool:
     return False
 
 
+_server_pid = 0
+"""The fork server's pid, once :func:`arm_exit` ran there (0 elsewhere)."""
+
+
+def arm_exit() -> None:
+    """In the fork server: :func:`kill_worker_groups` at its exit.
+
+    The workers it forks inherit the registration: there it does nothing, so a rank's exit handlers
+    (which the worker runs as Python would, :mod:`.worker`) never kill what the rank started.
+    """
+    import atexit
+
+    global _server_pid
+    _server_pid = os.getpid()
+    atexit.register(kill_worker_groups)
+
+
 def kill_worker_groups() -> None:
     """Fork server exit: SIGKILL the process group of every worker it forked.
 
     The fork server exits when the launcher does, even by SIGKILL (its pipe to the launcher
     closes). PR_SET_PDEATHSIG then kills each worker, but not what a worker started; each
     worker leads its own session and process group, so killing the groups here takes those too.
+    Anywhere but the fork server (a worker forked from it) it does nothing.
     """
+    if os.getpid() != _server_pid:
+        return
     children: set[int] = set()
     for task in os.listdir("/proc/self/task"):
         try:
@@ -65,9 +85,7 @@ def kill_worker_groups() -> None:
 
 
 if sys.platform.startswith("linux") and in_fork_server():
-    import atexit
-
-    atexit.register(kill_worker_groups)
+    arm_exit()
 
 
 UNIX_PATH_MAX = 107
@@ -117,7 +135,7 @@ def start_fork_server(exported: Collection[str] = (), arm: Callable[[], None] | 
 
         _short_socket_dir()
         forkserver.set_forkserver_preload(PRELOAD)
-        if not forked_server.start(PRELOADED, kill_worker_groups, exported, arm):  # one import of torch, where it can
+        if not forked_server.start(PRELOADED, arm_exit, exported, arm):  # one import of torch, where it can
             forkserver.ensure_running()
             cpplog.default_for_later()  # this process imports torch after this: c10 reads it then
         return "forkserver"

@@ -13,15 +13,19 @@ In order, :func:`worker_main`:
    threads and binds the device; new per-worker steps belong here;
 3. arms the rank's flight record and stack dumps (:mod:`.flight`, :mod:`.stacks`) in the
    launcher's run directory (``error_dir``): no change to the user's script;
-4. runs the script (``runpy``), module or function;
+4. runs the script (``runpy``), module or function, in a process that multiprocessing sees as a
+   main process (:func:`_as_a_new_process`: start method, fork server, resource tracker as a new
+   interpreter has them);
 5. on an exception, writes ``error_dir/rank{N}.json`` (type, message, traceback, time) for the
-   launcher's report and exits 1.
+   launcher's report and exits 1;
+6. waits for the script's non-daemon threads and runs its exit handlers, as Python does at exit.
 """
 
 from __future__ import annotations
 
 import ctypes
 import json
+import multiprocessing.process
 import os
 import signal
 import socket
@@ -96,6 +100,80 @@ def _die_with_launcher(launcher_pid: int) -> None:
     threading.Thread(target=watch, name="npu_migrate-launcher-watch", daemon=True).start()
 
 
+class _MainProcess(multiprocessing.process.BaseProcess):
+    """What ``multiprocessing.current_process()`` is in a new interpreter (multiprocessing deletes its
+    own class once its one instance exists): ``MainProcess``, no parent, a new authentication key."""
+
+    def __init__(self) -> None:  # noqa: D107 - as multiprocessing.process._MainProcess
+        self._identity = ()
+        self._name = "MainProcess"
+        self._parent_pid = None
+        self._popen = None
+        self._closed = False
+        self._config = {"authkey": multiprocessing.process.AuthenticationString(os.urandom(32)),
+                        "semprefix": "/mp"}
+
+    def close(self) -> None:
+        pass
+
+
+def _as_a_new_process() -> None:
+    """Give the rank multiprocessing's state as ``python train.py`` (torchrun's rank) starts with it.
+
+    A worker is forked from the launcher's fork server, and multiprocessing would tell the user's
+    code so: the start method forced to ``forkserver`` (torchrun leaves Python's default, ``fork``
+    on Linux before Python 3.14, and a script without a ``__main__`` guard relies on it), the fork
+    server's address, alive descriptor and (in a fork server forked from the launcher) its lock
+    still held, the launcher's resource tracker, a ``ForkServerProcess-N`` with a parent instead of
+    the ``MainProcess``. Then a DataLoader with workers in a ``forkserver`` context waited for good
+    on that lock, and its workers in the default context re-ran an unguarded script. Here the rank
+    becomes a main process: its own start method, fork server and resource tracker when it first
+    needs them, as a new interpreter gets them. The inherited descriptors are closed.
+    """
+    import itertools
+    from multiprocessing import forkserver, process, resource_tracker
+
+    server = forkserver._forkserver
+    for fd in [server._forkserver_alive_fd, *(server._inherited_fds or ())]:
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    server.__init__()  # type: ignore[misc]  # no address, no pid, a free lock, the default preload
+    tracker = resource_tracker._resource_tracker
+    if tracker._fd is not None:
+        try:
+            os.close(tracker._fd)
+        except OSError:
+            pass
+    tracker.__init__()  # type: ignore[misc]
+    process._current_process = _MainProcess()  # its own name, authentication key and temporary directory
+    process._parent_process = None
+    process._children = set()
+    process._process_counter = itertools.count(1)
+    multiprocessing.set_start_method(None, force=True)  # Python's default, decided at first use
+
+
+def _exit_as_python_does() -> None:
+    """After the user's code: wait for its non-daemon threads, then run its exit handlers.
+
+    ``python train.py`` does both before it exits; a process multiprocessing forked ends with
+    ``os._exit`` and runs neither, so an ``atexit`` handler, a ``weakref.finalize`` or a
+    ``TemporaryDirectory`` of the script would be skipped in every rank.
+    """
+    import atexit
+
+    current = threading.current_thread()
+    while True:
+        waiting = [t for t in threading.enumerate() if t is not current and not t.daemon and t.is_alive()]
+        if not waiting:
+            break
+        for thread in waiting:
+            thread.join()
+    atexit._run_exitfuncs()
+
+
 def _set_threads() -> None:
     """torch's intra-op threads from OMP_NUM_THREADS.
 
@@ -130,7 +208,7 @@ def prepare(local_rank: int, cfg: LaunchConfig, restart: int, run_dir: str | Non
 
     _device._clear_caches()  # the fork server may have detected with another environment
     if _device.device_spec().is_accelerator:
-        _device.set_device(local_rank)  # bound before any user code runs
+        _device.set_device(cfg.torchrun.device_index(local_rank))  # bound before any user code runs
     from npu_migrate.distributed import guard_destroy_process_group
 
     guard_destroy_process_group()  # before torch 2.8, freeing a destroyed group could deadlock
@@ -174,7 +252,16 @@ def worker_main(local_rank: int, cfg: LaunchConfig, target: Target, restart: int
                 error_dir: str) -> None:
     """Entry point of every worker process (runs in the child)."""
     _die_with_launcher(launcher_pid)
+    _as_a_new_process()
     rank = cfg.rank(local_rank)
+    try:
+        _run_rank(local_rank, cfg, target, restart, error_dir, rank)
+    finally:
+        _exit_as_python_does()
+
+
+def _run_rank(local_rank: int, cfg: LaunchConfig, target: Target, restart: int, error_dir: str, rank: int) -> None:
+    """The rank's set-up and the user's code; a Python error becomes the rank's record and exit 1."""
     try:
         prepare(local_rank, cfg, restart, error_dir)
         _observe(error_dir, rank)

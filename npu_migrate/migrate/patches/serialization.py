@@ -22,13 +22,23 @@ from npu_migrate.migrate.mapping import map_device
 from npu_migrate.migrate.state import patch
 
 
+class _OntoTarget(dict):
+    """``map_location`` for a ``torch.load`` that gave none: each CUDA location onto the target,
+    every other as saved.
+
+    A dict whose ``get`` maps, not a callable: torch refuses a callable ``map_location`` where it
+    rebuilds a tensor from a CPU copy (``_rebuild_device_tensor_from_cpu_tensor``: a backend without
+    storages, a wrapper subclass), and reads a dict's locations with ``get`` everywhere.
+    """
+
+    def get(self, location: Any, default: Any = None) -> Any:  # type: ignore[override]
+        return str(map_device(location)) if isinstance(location, str) else default
+
+
 def install() -> None:
     """Patch ``torch.load`` so a missing, CUDA or dict ``map_location`` restores onto the target."""
     load = torch.load
-    from torch.serialization import default_restore_location
-
-    def restore(storage: Any, location: str) -> Any:
-        return default_restore_location(storage, str(map_device(location)))
+    restore = _OntoTarget()
 
     def torch_load(*args: Any, **kwargs: Any) -> Any:
         # torch.load(f, map_location=None, pickle_module=None, *, ...): map the second positional
