@@ -108,7 +108,7 @@ def settle(opts: Any, spec: Any, environ: dict[str, str], nproc: int) -> dict[st
 
     Raises:
         LaunchUsageError: an unknown event handler, a --local-addr that does not resolve,
-            --virtual-local-rank on an accelerator or beyond the visible devices.
+            --virtual-local-rank beyond the visible devices.
     """
     if opts.local_addr is not None:
         try:
@@ -122,11 +122,6 @@ def settle(opts: Any, spec: Any, environ: dict[str, str], nproc: int) -> dict[st
         elastic_events.check(opts.event_log_handler)
     visible_env = spec.visible_devices_env or "CUDA_VISIBLE_DEVICES"
     visible = tuple(v.strip() for v in environ.get(visible_env, "").split(",") if v.strip())
-    if opts.virtual_local_rank and spec.is_accelerator:
-        # The worker binds the device of its counted local rank before user code (:mod:`.worker`);
-        # under a one-device mask that is device 0 only for local rank 0.
-        raise LaunchUsageError(f"--virtual-local-rank is not supported on the {spec.name} family yet (the launcher "
-                               "binds each rank's device by its local rank): leave it out, or use --device cpu.")
     if opts.virtual_local_rank and visible and nproc > len(visible):
         raise LaunchUsageError(f"--virtual-local-rank: local rank {len(visible)} exceeds the devices in "
                                f"{visible_env}={environ[visible_env]}: run {len(visible)} or fewer processes per node.")

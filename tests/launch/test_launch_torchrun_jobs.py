@@ -125,9 +125,13 @@ def test_nproc_words_and_the_tee_switch_on_the_subcommand_with_the_stand_in_npu(
     assert result.returncode == 0, result.stderr
     assert "1 node(s) x 3 process(es) = 3 rank(s) on npu with hccl" in result.stdout
     assert f"target: {SCRIPT} --tee x" in result.stdout  # the script's own --tee is its own
-    refused = subprocess.run([sys.executable, "-m", "npu_migrate.launch", "--virtual-local-rank", str(SCRIPT)],
-                             env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert refused.returncode == 2 and refused.stderr.strip() == (
-        "npu-migrate launch: error: --virtual-local-rank is not supported on the npu family yet (the launcher binds "
-        "each rank's device by its local rank): leave it out, or use --device cpu.")
     assert not os.path.exists(tmp_path / "logs")
+    # --virtual-local-rank: each rank sees one device, its own, as device 0 (torchrun's meaning)
+    virtual = subprocess.run([sys.executable, "-m", "npu_migrate.launch", "--nproc-per-node", "2",
+                              "--virtual-local-rank", str(SCRIPT)],
+                             env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert virtual.returncode == 0, virtual.stderr
+    for rank in (0, 1):
+        got = json.loads((tmp_path / f"torchrun-rank{rank}-attempt0.json").read_text())
+        assert (got["env"]["LOCAL_RANK"], got["env"]["ASCEND_RT_VISIBLE_DEVICES"]) == ("0", str(rank))
+        assert (got["device_count"], got["current_device"]) == (1, 0)

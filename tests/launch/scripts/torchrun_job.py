@@ -24,7 +24,8 @@ import torch.distributed as dist
 VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
              "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",
              "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_USE_AGENT_STORE",
-             "TORCHELASTIC_ERROR_FILE", "TORCH_NCCL_ASYNC_ERROR_HANDLING", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES")
+             "TORCHELASTIC_ERROR_FILE", "TORCH_NCCL_ASYNC_ERROR_HANDLING", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES",
+             "ASCEND_RT_VISIBLE_DEVICES")
 
 out = Path(os.environ["OUT_DIR"])
 rank, attempt = os.environ["RANK"], os.environ["TORCHELASTIC_RESTART_COUNT"]
@@ -35,7 +36,9 @@ if "--wait-signal" in sys.argv:
 dist.init_process_group("gloo")
 value = torch.tensor([float(dist.get_rank() + 1)])
 dist.all_reduce(value)
-report = {"argv": sys.argv, "env": {k: os.environ.get(k) for k in VARIABLES}, "sum": value.item()}
+npu = getattr(torch, "npu", None)  # where torch_npu is loaded: the devices this rank sees and its own
+report = {"argv": sys.argv, "env": {k: os.environ.get(k) for k in VARIABLES}, "sum": value.item(),
+          "device_count": npu.device_count() if npu else None, "current_device": npu.current_device() if npu else None}
 (out / f"torchrun-rank{rank}-attempt{attempt}.json").write_text(json.dumps(report))
 if "--say" in sys.argv:
     text = sys.argv[sys.argv.index("--say") + 1]
