@@ -81,14 +81,14 @@ def _run(command: list[str], cwd: Path, log_dir: Path | None, timeout: float, **
 
 
 def launch_migrate(work: Path, script: str, *args: str, log_dir: Path, timeout: float = 240,
-                   **env: str) -> tuple[Job, dict]:
-    """``python -m npu_migrate.launch --migrate --device cpu --device-num 2 SCRIPT ARGS``, as torchrun would run it.
+                   options: tuple[str, ...] = (), **env: str) -> tuple[Job, dict]:
+    """``python -m npu_migrate.launch --migrate --device cpu --device-num 2 [OPTIONS] SCRIPT ARGS``, as torchrun would.
 
     Returns the job (each rank's output from ``--log-dir``) and the merged migration report.
     """
     report = log_dir.with_name(log_dir.name + "-report.json")
     command = [sys.executable, "-m", "npu_migrate.launch", "--migrate", "--device", "cpu", "--device-num", "2",
-               "--log-dir", str(log_dir), "--migrate-report", str(report), script, *args]
+               "--log-dir", str(log_dir), "--migrate-report", str(report), *options, script, *args]
     job = _run(command, work, log_dir, timeout, **env)
     return job, (json.loads(report.read_text()) if report.is_file() else {})
 
@@ -397,9 +397,9 @@ def test_fsdp2_example_trains_saves_and_resumes_from_its_checkpoint(tmp_path: Pa
 
 _MINGPT_TINY = (
     "data_config.path=data.txt", "data_config.truncate=1.0", "data_config.block_size=32", "gpt_config.n_layer=1",
-    "gpt_config.n_head=2", "gpt_config.n_embd=32", "trainer_config.batch_size=32", "trainer_config.data_loader_workers=0",
+    "gpt_config.n_head=2", "gpt_config.n_embd=32", "trainer_config.batch_size=32",
     "trainer_config.save_every=1", "trainer_config.snapshot_path=snap.pt",
-)
+)  # trainer_config.data_loader_workers keeps its default: 4 workers per rank and loader, with pin_memory
 
 
 def _train_losses(text: str) -> dict[int, float]:
@@ -411,7 +411,12 @@ def _train_losses(text: str) -> dict[int, float]:
 @pytest.mark.skipif(not (hasattr(torch, "accelerator") and hasattr(torch.distributed, "get_default_backend_for_device")),
                     reason=f"minGPT-DDP asks torch.accelerator (torch >= 2.6); torch {torch.__version__} has none")
 def test_mingpt_ddp_trains_with_amp_on_the_accelerator_api_and_resumes(tmp_path: Path) -> None:
-    """Unmodified, it exited 0 untrained ("Unable to locate sufficient 2 gpus") before torch.accelerator was migrated."""
+    """Unmodified, it exited 0 untrained ("Unable to locate sufficient 2 gpus") before torch.accelerator was migrated.
+
+    Its DataLoaders keep their default of 4 workers each (train and test, new workers every epoch)
+    with ``pin_memory=True``: under ``launch`` they waited for good on the fork server's lock until
+    the ranks started as torchrun starts them.
+    """
     pytest.importorskip("hydra", reason="minGPT-DDP reads its settings with hydra-core (pip install hydra-core)")
     work = _workdir("pytorch_examples_mingpt_ddp", tmp_path)
     words = ("the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog")
@@ -422,13 +427,69 @@ def test_mingpt_ddp_trains_with_amp_on_the_accelerator_api_and_resumes(tmp_path:
     for rank in (0, 1):
         assert "Unable to locate" not in first.ranks[rank] and 1 in _train_losses(first.ranks[rank]), first.ranks[rank]
     assert "Snapshot saved at epoch 1" in first.ranks[0]
+    assert "DataLoader worker" not in first.everything, first.everything
     assert {"torch.accelerator.is_available", "torch.accelerator.device_count", "torch.accelerator.set_device_index",
-            "get_default_backend_for_device(cuda)", 'torch.autocast(device_type="cuda")',
+            "DataLoader(pin_memory=True)", "get_default_backend_for_device(cuda)", 'torch.autocast(device_type="cuda")',
             'torch.amp.GradScaler("cuda")', "DistributedDataParallel(device_ids=, output_device=)"} <= redirected(report), report
     second, _ = launch_migrate(work, "main.py", *_MINGPT_TINY, "trainer_config.max_epochs=3",
                                log_dir=tmp_path / "logs2", timeout=400)
     assert second.returncode == 0, second.everything
+    assert "DataLoader worker" not in second.everything, second.everything
     for rank in (0, 1):
         assert "Resuming training from snapshot at Epoch 1" in second.ranks[rank], second.ranks[rank]
         losses = _train_losses(second.ranks[rank])
         assert sorted(losses) == [2, 3] and losses[3] < _train_losses(first.ranks[rank])[1]
+
+
+# --- huggingface/pytorch-image-models (timm) train.py: DataLoader workers, PrefetchLoader on CUDA streams ---
+
+_TIMM_VERSION = "1.0.28"
+"""The timm release built from the commit train.py was read at (timm_train/SOURCE.json)."""
+
+
+def _timm_version() -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("timm")
+    except PackageNotFoundError:
+        return None
+
+
+@pytest.mark.long
+@pytest.mark.skipif(_timm_version() != _TIMM_VERSION, reason=(
+    f"timm's train.py imports the timm package of its own release: pip install 'timm=={_TIMM_VERSION}' (in the dev "
+    f"extra); installed: {_timm_version() or 'none'}"))
+def test_timm_train_script_trains_on_two_ranks_with_dataloader_workers(tmp_path: Path) -> None:
+    """timm's ImageNet script, unmodified, on a tiny ImageFolder: ``--workers 2``, its loaders' defaults otherwise.
+
+    Its DataLoaders keep workers alive across epochs (``persistent_workers``) and feed timm's
+    PrefetchLoader, which moves and normalises each batch on a ``torch.cuda.Stream``.
+    ``--user-code timm``: the device check, ``init_process_group`` and ``torch.cuda.set_device`` are
+    in the timm package (site-packages), which otherwise gets torch's own answer ("CUDA is not
+    available but cuda was specified.", docs/migrate.md "Who gets the migrated answers").
+    8 training images over 2 ranks at batch 2 make an epoch 2 steps per rank; 4 validation images, 1.
+    """
+    work = _workdir("timm_train", tmp_path)
+    stand_ins.image_folder(work / "data", classes=2, train_per_class=4, val_per_class=2)
+    job, report = launch_migrate(
+        work, "train.py", "--data-dir", "data", "--model", "test_resnet", "--num-classes", "2", "--img-size", "32",
+        "--epochs", "1", "-b", "2", "--workers", "2", "--log-interval", "1", "--output", "out", "--experiment", "tiny",
+        log_dir=tmp_path / "logs", timeout=280, options=("--user-code", "timm"))
+    assert job.returncode == 0, job.everything
+    assert "DataLoader worker" not in job.everything and "Traceback" not in job.everything, job.everything
+    for rank in (0, 1):  # each rank took the CUDA branch: nccl, its own simulated device
+        assert f"Process {rank}, total 2, device cuda:{rank}." in job.ranks[rank], job.ranks[rank]
+    # Rank 0 logs for both (DDP's all_reduce makes them step together): 2 training steps, 1 validation step.
+    assert re.search(r"Train: 0 \[\s*1/2 \(100%\)\]\s+Loss: [\d.]+", job.ranks[0]), job.ranks[0]
+    assert re.search(r"Test: \[\s*0/0\]", job.ranks[0]), job.ranks[0]
+    summary = (work / "out" / "tiny" / "summary.csv").read_text().splitlines()
+    assert summary[0].startswith("epoch,train_loss,eval_loss,eval_top1") and summary[1].startswith("0,"), summary
+    saved = {p.name for p in (work / "out" / "tiny").iterdir()}
+    assert {"checkpoint-0.pth.tar", "last.pth.tar", "model_best.pth.tar", "args.yaml"} <= saved, saved
+    assert report["processes"] == 2
+    assert {"torch.cuda.is_available", "init_process_group(backend=)", "torch.cuda.set_device", "Module.to",
+            "DistributedDataParallel(device_ids=, output_device=)", "torch.cuda.Stream",
+            "torch.cuda.stream"} <= redirected(report), report
+    # Both ranks fed their batches through the prefetcher's CUDA stream.
+    assert report["apis"]["torch.cuda.stream"]["processes"] == 2, report
