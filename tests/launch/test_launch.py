@@ -237,7 +237,8 @@ def refuse(tmp_path: Path, *args: str, paths: tuple = (), code: int = 2, **env: 
     (["--port", "70000", str(JOB)], "--port 70000 is outside 1-65535"),
     (["--device", "npu", str(JOB)], "npu needs torch_npu, which is not installed"),
     (["--addr", "no-such-host.invalid", str(JOB)], "--addr 'no-such-host.invalid' does not resolve"),
-    (["--device-num", "two", str(JOB)], "argument --device-num/--device_num/--nproc-per-node/--nproc_per_node: invalid int value: 'two'"),
+    (["--device-num", "two", str(JOB)], "argument --device-num/--device_num/--nproc-per-node/--nproc_per_node: 'two' is not a process count: "
+                                       "expected a number or one of auto, cpu, gpu, npu, xpu"),
     ([], "the following arguments are required: SCRIPT"),
 ])
 @pytest.mark.slow
