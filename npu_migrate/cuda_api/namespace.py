@@ -19,9 +19,11 @@ import re
 from typing import Optional
 
 from npu_migrate.cuda_api.row import CudaApi, Row
+from npu_migrate.cuda_api.row import drop as _drop
 from npu_migrate.cuda_api.row import ignored as _i
 from npu_migrate.cuda_api.row import mapped as _m
 from npu_migrate.cuda_api.row import noop as _n
+from npu_migrate.cuda_api.row import refuse as _refuse
 from npu_migrate.cuda_api.row import unsupported as _u
 
 # Submodules whose public names are part of the API (the rest of torch.cuda's submodules are
@@ -49,6 +51,12 @@ _CPU_SEEDED = "the cpu generator is seeded by torch.manual_seed"
 _FRACTION = "caps the CUDA caching allocator: no device-neutral call; guard it with a device-type check"
 _AMP_DECORATOR = ("runtime migration passes the target's device_type= to torch.amp's decorator; a rewrite leaves "
                   "that one-argument change to the porter, as the note says")
+# torch.cuda's parameters that torch.npu's function of the same name lacks in some torch-npu
+# release (runtime migration on npu: npu_migrate.migrate.fit; tests/migrate/test_fit.py finds
+# them in every release's signatures and fails on one without a decision here).
+_ANNOTATIONS = _drop("enable_annotations", "kernel annotations are CUDA's (cuda.bindings): the capture is the same "
+                     "without them")
+
 _SIMULATED = ("runtime migration simulates the device context on cpu (torch.npu has it on npu); a rewrite has "
               "no device-neutral context manager to write")
 
@@ -61,7 +69,9 @@ _ROWS: dict[str, Row] = {
     "get_device_name": _m("device_name", "device", cpu="name"),
     "get_device_capability": _m("device_capability", "device", note="(0, 0) off CUDA", cpu="capability"),
     "get_device_properties": _m("device_properties", "device", cpu="properties"),
-    "is_bf16_supported": _m("is_bf16_supported", "including_emulation", cpu="true"),
+    "is_bf16_supported": _m("is_bf16_supported", "including_emulation", cpu="true", cuda_only=(
+        _drop("including_emulation", "the NPU's bfloat16 is native or absent: there is no emulated bfloat16 for it "
+              "to count"),)),
     "is_initialized": _m("accelerator_available", cpu="true"),
     "init": _n("devices initialise on first use on every family", cpu="nothing"),
     "is_tf32_supported": _n("TF32 is an NVIDIA format: False off CUDA", cpu="false"),
@@ -85,7 +95,9 @@ _ROWS: dict[str, Row] = {
     # synchronisation, streams and events
     "synchronize": _m("synchronize", "device", cpu="nothing", cpu_note="cpu work is synchronous", cpu_kind="noop",
                        why=_IDLE),
-    "Event": _m("Event", "enable_timing", "blocking", "interprocess", cpu="event"),
+    "Event": _m("Event", "enable_timing", "blocking", "interprocess", cpu="event", cuda_only=(
+        _refuse("external", "an external event is a record or wait node of a captured graph, which the release's "
+                "event cannot be (it would be an internal dependency of the capture)"),)),
     "Stream": _m("Stream", "device", "priority", cpu="stream_class"),
     "stream": _m("stream", "stream", cpu="stream"),
     "current_stream": _m("current_stream", "device", cpu="host_stream"),
@@ -133,7 +145,10 @@ _ROWS: dict[str, Row] = {
     "memory_stats_as_nested_dict": _u(_ALLOC),
     "memory_summary": _n("a printed report of the CUDA caching allocator: '' off CUDA (torch.npu.memory_summary() on "
                          "Ascend)", cpu="empty_str", cpu_note="'' on cpu"),
-    "memory_snapshot": _u(_ALLOC),
+    "memory_snapshot": _u(_ALLOC, cuda_only=(
+        _refuse("mempool_id", "without it the snapshot would hold every pool's segments, not that pool's"),
+        _drop("include_traces", "it asks for a lighter snapshot: the release's holds the same segments, with their "
+              "traces"))),
     "list_gpu_processes": _u(_SMI),
     "ipc_collect": _n("CUDA IPC memory only", cpu="nothing"),
     "set_per_process_memory_fraction": _u(_FRACTION, cpu="nothing", cpu_kind="noop", why=_CAP_CPU),
@@ -145,7 +160,11 @@ _ROWS: dict[str, Row] = {
     "change_current_allocator": _u(_ALLOC),
     "get_allocator_backend": _u(_ALLOC),
     "CUDAPluggableAllocator": _u(_ALLOC),
-    "MemPool": _u(_ALLOC),
+    "MemPool": _u(_ALLOC, cuda_only=(
+        _refuse("use_on_oom", "the release's pool would not serve an allocation that runs out of memory outside "
+                "it, so the script could fail where CUDA's goes on"),
+        _refuse("no_split", "the release's pool would split its segments, which code that hands them whole to "
+                "another library (a communication buffer) relies on not happening"))),
     "MemPoolContext": _u(_ALLOC),
     "use_mem_pool": _u(_ALLOC),
     "host_memory_stats": _u(_HOST),
@@ -160,9 +179,15 @@ _ROWS: dict[str, Row] = {
     "clock_rate": _u(_SMI),
     # graphs
     "CUDAGraph": _u(_GRAPHS),
-    "graph": _u(_GRAPHS),
+    "graph": _u(_GRAPHS, cuda_only=(
+        _ANNOTATIONS,
+        _drop("check_input_liveness", "a debugging check that raises when an input is freed before replay: the "
+              "captured work is the same without it"))),
     "graphs": _u(_GRAPHS),
-    "make_graphed_callables": _u("CUDA graphs are an optimization: call the module directly"),
+    "make_graphed_callables": _u("CUDA graphs are an optimization: call the module directly", cuda_only=(
+        _ANNOTATIONS,
+        _drop("capture_error_mode", "the release captures in its default mode ('global'), which can only refuse "
+              "more actions during capture: an error, never another result"))),
     "graph_pool_handle": _u("CUDA graphs are an optimization: run without capture"),
     "export_dot": _u(_GRAPHS),
     "export_graph_data": _u(_GRAPHS),

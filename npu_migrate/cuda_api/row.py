@@ -10,8 +10,8 @@ Usage::
     RUNTIME_KIND["mapped"]   # "redirected": the runtime kind a port kind implies
 
 The port columns (``kind``, ``op``, ``params``, ``note``) say what a rewrite writes; the runtime
-columns (``cpu``, ``cpu_note``, ``runtime``, ``cpu_kind``, ``why``) say what runtime migration
-does with the same name. Each port kind implies a runtime kind (:data:`RUNTIME_KIND`); a row
+columns (``cpu``, ``cpu_note``, ``runtime``, ``cpu_kind``, ``why``, ``cuda_only``) say what runtime
+migration does with the same name. Each port kind implies a runtime kind (:data:`RUNTIME_KIND`); a row
 whose runtime kind differs says why (``why``), and tests/migrate/test_cuda_table.py fails on one
 that does not. Nothing here imports torch.
 """
@@ -39,6 +39,36 @@ target; ``amp``, sent to the target's AMP (``torch.amp``), on every target."""
 
 
 @dataclass(frozen=True)
+class CudaOnly:
+    """A parameter of ``torch.cuda``'s function that the target's function of the same name may lack,
+    and what runtime migration does with a value other than torch.cuda's default there (a default
+    value asks for nothing and is always left out).
+
+    Attributes:
+        param: torch.cuda's parameter name (``"including_emulation"``).
+        action: ``"drop"``: left out, the call's result is what CUDA's would be (the argument tunes
+            how the work is done, or means nothing on the target); ``"refuse"``: the call raises
+            ``MigrationError`` in one line, because the target would answer another question.
+        why: the reason, said in the refusal (``"the snapshot would hold every pool's segments"``).
+    """
+
+    param: str
+    action: Literal["drop", "refuse"]
+    why: str
+
+
+def drop(param: str, why: str) -> CudaOnly:
+    """A CUDA-only parameter runtime migration leaves out where the target lacks it; ``why``: why that is right."""
+    return CudaOnly(param, "drop", why)
+
+
+def refuse(param: str, why: str) -> CudaOnly:
+    """A CUDA-only parameter whose value (other than the default) the target cannot honour; ``why``: what
+    the call would answer without it."""
+    return CudaOnly(param, "refuse", why)
+
+
+@dataclass(frozen=True)
 class CudaApi:
     """What one ``torch.cuda`` API (or torch API with a device) becomes.
 
@@ -58,6 +88,10 @@ class CudaApi:
         cpu_kind: the runtime kind on the cpu target where it differs from :data:`RUNTIME_KIND`
             of ``kind``; ``None``: no difference.
         why: why ``cpu_kind`` differs (required with it).
+        cuda_only: what runtime migration does with each parameter of torch.cuda's function that
+            the target's function lacks in some release (:class:`CudaOnly`); a parameter missing
+            here is refused unless its value is the default, and tests/migrate/test_fit.py
+            fails on it for every release of the table.
     """
 
     name: str
@@ -70,6 +104,7 @@ class CudaApi:
     runtime: Runtime = ""
     cpu_kind: Optional[RuntimeKind] = None
     why: str = ""
+    cuda_only: tuple[CudaOnly, ...] = ()
 
     @property
     def runtime_kind(self) -> Optional[RuntimeKind]:

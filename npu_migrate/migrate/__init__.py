@@ -35,6 +35,8 @@ Modules, each owning one concept (none imports this package's ``__init__``):
 
 * :mod:`.callers`: who is calling (user code or torch/libraries), and caller-aware wrappers.
 * :mod:`.mapping`: device values, backends and environment variables mapped to the target.
+* :mod:`.fit`: a ``torch.cuda`` call made to ``torch.npu``'s function with the arguments the
+  torch-npu release's signature takes (renamed, dropped or refused in one line).
 * :mod:`.sim`: the simulated CUDA devices of the CPU target and its ``torch.cuda`` answers.
 * :mod:`.patches`: the patches, one module per area of torch.
 * :mod:`.state`: what is installed, and putting it back; :mod:`.install`: install/uninstall.

@@ -184,7 +184,7 @@ class SwitchMeta(type):
             left_alone(cls._api)
             return cls._orig(*args, **kwargs)
         record(cls._api, cls._kind, cls._detail)
-        return cls._impl(*args, **kwargs)
+        return cls._make(*args, **kwargs)
 
     def __getattr__(cls, name: str) -> Any:
         if name.startswith("__"):
@@ -201,10 +201,16 @@ class SwitchMeta(type):
         return issubclass(sub, cls._types)
 
 
-def switch_class(original: type, impl: Callable[..., Any], api: str, kind: str, detail: str = "") -> type:
-    """A stand-in for class ``original``: user code gets ``impl(...)``, internal code ``original(...)``."""
+def switch_class(original: type, impl: Callable[..., Any], api: str, kind: str, detail: str = "",
+                 make: Callable[..., Any] | None = None) -> type:
+    """A stand-in for class ``original``: user code gets ``impl(...)``, internal code ``original(...)``.
+
+    ``make``, where given, constructs for user code instead of ``impl`` (``impl`` still answers
+    isinstance, class attributes and subclassing): ``impl`` called with the arguments its
+    signature takes (:mod:`npu_migrate.migrate.fit`).
+    """
     types_ = tuple(t for t in (original, impl) if isinstance(t, type))
     return SwitchMeta(original.__name__, (), {
-        "_orig": original, "_impl": impl, "_api": api, "_kind": kind, "_detail": detail,
+        "_orig": original, "_impl": impl, "_make": make or impl, "_api": api, "_kind": kind, "_detail": detail,
         "_types": types_, "__doc__": original.__doc__, "__module__": original.__module__,
     })

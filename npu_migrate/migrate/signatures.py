@@ -121,7 +121,7 @@ def installed_mismatches() -> list[str]:
     for owner, name, _had, old in STATE.patches:
         new = getattr(owner, name, None)
         if isinstance(new, SwitchMeta):
-            impl, api = type.__getattribute__(new, "_impl"), type.__getattribute__(new, "_api")
+            impl, api = type.__getattribute__(new, "_make"), type.__getattribute__(new, "_api")  # what user code calls
         elif hasattr(new, "__npu_migrate_impl__"):
             impl, api = new.__npu_migrate_impl__, new.__npu_migrate_api__
         else:

@@ -6,7 +6,8 @@ Usage::
 
     cuda_namespace.install()   # torch.cuda.device_count() -> the target's; CUDAGraph() -> MigrationError
 
-On npu each name goes to ``torch.npu``'s function of the same name; on cpu to the simulated
+On npu each name goes to ``torch.npu``'s function of the same name, called with the arguments
+the torch-npu release's signature takes (:mod:`npu_migrate.migrate.fit`); on cpu to the simulated
 devices (:mod:`npu_migrate.migrate.sim`, :mod:`.streams`). User code gets the migrated answer,
 internal code (torch, libraries) torch's own (:mod:`npu_migrate.migrate.callers`). A name with no
 equivalent raises :class:`~npu_migrate.errors.MigrationError` naming it and what to do instead.
@@ -16,13 +17,14 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 from typing import Any, Callable, Optional
 
 import torch
 
 from npu_migrate import cuda_api
 from npu_migrate.errors import MigrationError
-from npu_migrate.migrate import sim
+from npu_migrate.migrate import fit, sim
 from npu_migrate.migrate.callers import caller_aware, switch_class
 from npu_migrate.migrate.mapping import target_device
 from npu_migrate.migrate.patches import data_amp, streams
@@ -107,6 +109,24 @@ def plan(name: str, row: Optional[cuda_api.CudaApi], spec: DeviceSpec) -> tuple[
     return row.runtime_kind, impl, row.cpu_note or note
 
 
+def release(spec: DeviceSpec) -> str:
+    """The package release that provides ``spec``'s device module, for messages (``"torch-npu 2.9.1"``)."""
+    package = spec.pip_name or spec.extension or "torch"
+    module = sys.modules.get(spec.extension) if spec.extension else torch
+    version = getattr(module, "__version__", None)
+    return f"{package} {version}" if version else package
+
+
+def fitted(name: str, value: Any, impl: Any, row: Optional[cuda_api.CudaApi], spec: DeviceSpec) -> Any:
+    """``impl`` as ``torch.cuda.<name>`` (``value``) is called, where ``impl`` is the device module's own
+    (:func:`npu_migrate.migrate.fit.fitted`); anything else is returned as it is."""
+    module = getattr(torch, spec.name, None)
+    if not spec.is_accelerator or impl is None or getattr(module, name, None) is not impl:
+        return impl
+    return fit.fitted(f"torch.cuda.{name}", value, impl, row.cuda_only if row is not None else (),
+                      f"torch.{spec.name}.{name}", release(spec))
+
+
 def install() -> None:
     """Patch every public callable of ``torch.cuda`` and ``torch.cuda.amp``'s autocast, GradScaler, custom_fwd/bwd."""
     spec = STATE.require_target("cuda_namespace.install()")
@@ -118,7 +138,11 @@ def install() -> None:
             impl = unmapped(name, row)
         api = f"torch.cuda.{name}"
         impl = shaped(value, impl)
-        stand_in = (switch_class if inspect.isclass(value) else caller_aware)(value, impl, api, kind, note)
+        make = fitted(name, value, impl, row, spec)  # what user code calls: impl, or impl taking CUDA's calls
+        if inspect.isclass(value):
+            stand_in = switch_class(value, impl, api, kind, note, make=make)
+        else:
+            stand_in = caller_aware(value, make, api, kind, note)
         patch(cuda, name, stand_in)
         # The same object under torch.cuda's submodules (torch.cuda.memory.empty_cache).
         for sub in cuda_api.SUBMODULES:
