@@ -263,8 +263,15 @@ def _has_fsdp2() -> bool:
     return HAS_ACCELERATOR
 
 
+# FSDP2 records events on its streams; torch.cpu.Stream can only from torch 2.7 (pytorch/pytorch#145935),
+# so before that FSDP2 fails on CPU ranks, with or without migration: "'Stream' object has no
+# attribute 'record_event'" (torch 2.6).
+FSDP2_ON_CPU = hasattr(getattr(torch.cpu, "Stream", None), "record_event")
+
 needs_fsdp2 = pytest.mark.skipif(
-    not _has_fsdp2(), reason=f"torch {torch.__version__} has no public fully_shard/DTensor and torch.accelerator")
+    not (_has_fsdp2() and FSDP2_ON_CPU),
+    reason=f"torch {torch.__version__} has no public fully_shard/DTensor and torch.accelerator, or its FSDP2 "
+           "cannot run on CPU (torch.cpu.Stream.record_event, torch >= 2.7: pytorch/pytorch#145935)")
 
 
 # --------------------------------------------------------------------------- migration's patched attributes

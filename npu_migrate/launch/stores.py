@@ -12,6 +12,14 @@ name it is given. :func:`serve` binds a socket itself to the job's address (``--
 0, which the launcher checked is this host's; loopback for a single node) and hands it to
 torch with ``master_listen_fd`` (torch 2.1 and later; torch owns the descriptor from then on).
 
+**Backend.** torch 2.4 made libuv the default ``TCPStore`` server, and libuv's server takes a
+listening descriptor only from torch 2.8 (pytorch/pytorch#150215): on torch 2.4 to 2.7 it refuses
+one ("The libuv TCPStore backend does not support initialization with an listen fd"), and binding by
+port instead would listen on every interface. There :func:`serve` asks for the classic backend
+(``use_libuv=False``, which takes the descriptor on every torch); elsewhere it keeps torch's default,
+or the classic backend under ``USE_LIBUV=0`` (:func:`server_options`). Only the server differs:
+clients speak the same protocol to both.
+
 **MASTER_PORT.** torch's ``env://`` rendezvous would make rank 0 serve ``MASTER_PORT`` on every
 interface. Instead node 0's launcher serves it (:class:`RankStore`) and every worker is a client:
 the workers get ``TORCHELASTIC_USE_AGENT_STORE=True``, torchrun's own switch for an
@@ -28,9 +36,12 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import socket
 from datetime import timedelta
 from typing import Any
+
+from packaging.version import Version
 
 from npu_migrate.launch import cluster
 
@@ -82,6 +93,34 @@ def _bind_first(addr: str, port: int) -> socket.socket:
     raise error or OSError(f"{addr} has no address")
 
 
+LIBUV_DEFAULT = (2, 4)
+"""The first torch whose ``TCPStore`` server is libuv's unless ``use_libuv=False`` is given."""
+LIBUV_TAKES_FD = (2, 8)
+"""The first torch whose libuv store server listens on a descriptor it is given (pytorch/pytorch#150215)."""
+
+
+def server_options(torch_version: str | None = None, use_libuv: str | None = None) -> dict[str, Any]:
+    """The ``TCPStore`` keywords that pick a server backend able to take ``master_listen_fd``.
+
+    ``{"use_libuv": False}`` where libuv is the default backend but cannot take a descriptor
+    (torch 2.4 to 2.7); ``{}`` where the default can: the classic backend (torch < 2.4, where
+    ``use_libuv`` defaults to False) or libuv (torch >= 2.8), kept there because it is torch's
+    choice for large jobs (thousands of ranks connecting at once). ``USE_LIBUV=0``
+    (``use_libuv``, default: the environment's), torch's own switch back to the classic backend
+    for the stores ``env://`` and torchrun serve, picks it on torch >= 2.8 too.
+    """
+    if torch_version is None:
+        import torch
+
+        torch_version = torch.__version__
+    if use_libuv is None:
+        use_libuv = os.environ.get("USE_LIBUV")
+    release = Version(torch_version).release[:2]
+    if release < LIBUV_DEFAULT:
+        return {}
+    return {"use_libuv": False} if release < LIBUV_TAKES_FD or use_libuv == "0" else {}
+
+
 def serve(addr: str, port: int, timeout: float) -> Any:
     """A TCPStore server listening on ``addr:port`` only (see the module docstring)."""
     from torch.distributed import TCPStore
@@ -89,7 +128,7 @@ def serve(addr: str, port: int, timeout: float) -> Any:
     sock = bind(addr, port)
     try:
         return TCPStore(addr, port, None, True, timedelta(seconds=timeout), wait_for_workers=False,
-                        master_listen_fd=sock.fileno())
+                        master_listen_fd=sock.fileno(), **server_options())
     finally:
         sock.detach()  # the store owns (and closes) the descriptor now, or closed it on failure
 

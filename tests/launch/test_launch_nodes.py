@@ -205,12 +205,14 @@ def _other_torch() -> str | None:
 @pytest.mark.slow
 @pytest.mark.parametrize("other_node", [0, 1])
 def test_nodes_on_different_torch_releases_are_refused_in_one_line(tmp_path: Path, other_node: int) -> None:
-    """Clusters mix images: a node on another torch release cannot even use node 0's store (its protocol
-    differs), and hangs or fails far from the cause. Here two real torch releases, one per node."""
+    """Clusters mix images: a node on another torch release hangs or fails far from the cause. Here two
+    real torch releases, one per node: where their stores' protocols differ (torch 2.1 and 2.14) node 1
+    cannot even use node 0's store; where they agree (torch 2.7 and 2.14) the nodes compare what each
+    runs. Either way node 1 ends in one line naming the torch releases."""
     other = _other_torch()
     if other is None:
         pytest.skip("set NPU_MIGRATE_TEST_OTHER_TORCH_PYTHON to a Python with another torch and this checkout "
-                    "(.ci/run's torch 2.1 tier does)")
+                    "(.ci/run's torch 2.1 and 2.7.1 tiers do)")
     mine = torch.__version__.split("+")[0]
     if other == mine:
         pytest.skip(f"NPU_MIGRATE_TEST_OTHER_TORCH_PYTHON runs this torch ({mine}), not another release")
@@ -221,10 +223,14 @@ def test_nodes_on_different_torch_releases_are_refused_in_one_line(tmp_path: Pat
     assert node1.wait() == 1, node1.err
     one_line_errors(node1.err)
     last = node1.err.strip().splitlines()[-1]
-    node1_torch = other if other_node == 1 else mine
-    assert last.startswith(f"npu-migrate launch: error: node 0's launcher at 127.0.0.1:{port + 1} "), last
-    assert (f"this node's torch {node1_torch}: node 0 runs another torch release" in last
-            or f"node 0 runs another torch release than this node's {node1_torch}" in last), last
+    node1_torch, node0_torch = (other, mine) if other_node == 1 else (mine, other)
+    if last.startswith(f"npu-migrate launch: error: node 0's launcher at 127.0.0.1:{port + 1} "):  # protocols differ
+        assert (f"this node's torch {node1_torch}: node 0 runs another torch release" in last
+                or f"node 0 runs another torch release than this node's {node1_torch}" in last), last
+    else:
+        assert last.startswith("npu-migrate launch: error: node 1 "), last
+        assert (f"runs torch {node1_torch} on cpu with gloo but the job runs torch {node0_torch} on cpu with gloo"
+                in last), last
     assert "every node must run the same torch" in last, last
     node0.proc.terminate()  # it waits for a node that never joins
     assert node0.wait() in (1, 143), node0.err

@@ -29,9 +29,10 @@ def test_accelerator_answers_user_code_and_torch_keeps_the_truth() -> None:
         assert acc.current_accelerator() == torch.device("cuda")
         acc.set_device_index(1)
         assert acc.current_device_index() == 1
-        with acc.device_index(0):
-            assert acc.current_device_index() == 0
-        assert acc.current_device_index() == 1
+        if hasattr(acc, "device_index"):  # torch >= 2.8; 2.6 and 2.7 have no such context manager
+            with acc.device_index(0):
+                assert acc.current_device_index() == 0
+            assert acc.current_device_index() == 1
         with pytest.raises(migrate.MigrationError, match=r"set_device\(2\) but the script sees 2 simulated"):
             acc.set_device_index(2)
         acc.synchronize()
