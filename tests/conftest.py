@@ -99,16 +99,26 @@ this project (torch.distributed.elastic's rendezvous and TCPStore's API under th
 job's signed store, torch.distributed itself). The torch 2.1 tier of .ci/run runs their slow tests
 too, beside the fast loop: ``-m "not long and (not slow or every_torch)"``."""
 
+MAIN_COMMAND_AREAS = ("launch/", "migrate/")
+"""Test paths (under tests/) whose tests carry ``main_commands``: the project's main commands, the
+launcher and runtime migration with the ``ops`` audit (``launch``, ``launch --migrate``, ``run``,
+``ops``), what a user of a new torch line runs first. The torch 2.7.1 tier of .ci/run (the line of
+torch-npu 2.7.1, where most Ascend users are) runs their slow tests beside ``every_torch``'s:
+``-m "not long and (not slow or every_torch or main_commands)"``."""
+
 
 @pytest.hookimpl(tryfirst=True)  # before -m selects: a `long` test must count as `slow` there
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """A ``long`` test is ``slow`` too; the areas in EVERY_TORCH_AREAS are ``every_torch``; skip the
-    simulated-NPU tier, naming the missing torch feature, on a torch too old for it."""
+    """A ``long`` test is ``slow`` too; the areas in EVERY_TORCH_AREAS are ``every_torch``, those in
+    MAIN_COMMAND_AREAS ``main_commands``; skip the simulated-NPU tier, naming the missing torch
+    feature, on a torch too old for it."""
     for item in items:
         if item.get_closest_marker("long") is not None and item.get_closest_marker("slow") is None:
             item.add_marker(pytest.mark.slow)
         if item.path.is_relative_to(TESTS) and item.path.relative_to(TESTS).as_posix().startswith(EVERY_TORCH_AREAS):
             item.add_marker(pytest.mark.every_torch)
+        if item.path.is_relative_to(TESTS) and item.path.relative_to(TESTS).as_posix().startswith(MAIN_COMMAND_AREAS):
+            item.add_marker(pytest.mark.main_commands)
     if FAKE_NPU_MISSING is None:
         return
     skip = pytest.mark.skip(reason=FAKE_NPU_MISSING)

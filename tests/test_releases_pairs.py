@@ -73,6 +73,21 @@ def test_the_old_tier_torch_is_the_release_of_torch_npu_2_1() -> None:
     )
 
 
+def test_the_torch_2_7_tier_installs_the_torch_its_torch_npu_release_declares() -> None:
+    """.ci/run's torch 2.7.1 tier reads its torch from its torch-npu release's METADATA at run time
+    and installs PyPI's build of that release; the README's Versions table names the same pair."""
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    npu = re.search(r"^torch27_npu=(\S+)", (ROOT / ".ci" / "run").read_text(), re.M).group(1)
+    release = _release(npu)
+    (spec,) = Requirement(release.requires_torch).specifier
+    torch_release = Version(spec.version.removesuffix(".*")).public
+    assert pairs.release_of(torch_release) == pairs.release_of(npu)
+    row = next(line for line in (ROOT / "README.md").read_text().splitlines() if f" {npu} declares" in line)
+    assert f"| {torch_release} |" in row and f"`{release.requires_torch}`" in row, row
+
+
 @pytest.mark.parametrize(("requirement", "torch_version", "accepted"), [
     ("torch==2.1.0+cpu", "2.1.0", False),        # PyPI's build is not the declared one
     ("torch==2.1.0+cpu", "2.1.0+cpu", True),

@@ -9,11 +9,28 @@ import pytest
 
 from conftest import ROOT
 
-RELEASES = ("2.14.0", "2.1.0.post17")
-
 
 def releases_dir() -> Path:
     return Path(os.environ.get("NPU_MIGRATE_RELEASES_DIR") or ROOT / ".ci-cache" / "torch-npu-releases")
+
+
+def this_torch_line() -> str | None:
+    """The newest cached release built for the running torch's line (2.7.1.post11 on torch 2.7.1),
+    read from the wheels' METADATA, or None where none is cached."""
+    import torch
+    from packaging.version import Version
+
+    from npu_migrate.releases import pairs, wheels
+
+    cached = [wheels.Release(match.group("version"), path, "cache")
+              for path in releases_dir().glob("torch_npu-*.whl") if (match := wheels.WHEEL_NAME.match(path.name))]
+    found = pairs.same_line(torch.__version__, sorted(cached, key=lambda r: Version(r.version), reverse=True))
+    return found.version if found is not None else None
+
+
+RELEASES = tuple(dict.fromkeys(("2.14.0", "2.1.0.post17", this_torch_line() or "2.14.0")))
+"""The two ends, and the release of the running torch's line where that is another (the torch 2.7.1
+tier audits against torch-npu 2.7.1's operators too)."""
 
 
 @pytest.fixture(params=RELEASES)
