@@ -66,7 +66,7 @@ EXAMPLES = _documented()
 def test_the_docs_have_the_examples_this_test_runs() -> None:
     """The extraction finds torch's usage examples (an empty list would pass anything)."""
     commands = " | ".join(text for _, text in EXAMPLES)
-    assert len(EXAMPLES) >= 5, EXAMPLES
+    assert len(EXAMPLES) >= 4, EXAMPLES  # torch 2.7's docs have four; 2.14's add NUMA binding
     for flag in ("--standalone", "--rdzv-endpoint", "--nnodes=1:4", "--max-restarts=3"):
         assert flag in commands
 

@@ -117,6 +117,7 @@ def test_signals_to_handle_forwards_the_named_signal_and_exits_128_plus_it(tmp_p
     assert "received SIGUSR2: stopping 2 running rank(s) on node 0." in job.err
 
 
+@pytest.mark.fake_npu
 def test_nproc_words_and_the_tee_switch_on_the_subcommand_with_the_stand_in_npu(tmp_path: Path) -> None:
     env = child_env(FAKE_NPU, FAKE_NPU_DEVICE_COUNT="3", OUT_DIR=str(tmp_path))
     result = subprocess.run([sys.executable, "-m", "npu_migrate", "launch", "--dry-run", "--log-dir",
