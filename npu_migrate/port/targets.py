@@ -35,7 +35,9 @@ class Target:
 
     Attributes:
         npu_migrate: template for ``--style npu_migrate`` (``import npu_migrate as nm``).
-        torch: template for ``--style torch`` (torch >= 2.6, no npu_migrate); ``None``: no spelling.
+        torch: template for ``--style torch`` (torch >= 2.6, no npu_migrate: the plain torch calls it
+            writes directly all exist in 2.6, newer ones go through a helper with a fallback);
+            ``None``: no spelling.
         nm_helpers: names from :data:`HELPERS` the npu_migrate template calls.
         torch_helpers: names from :data:`HELPERS` the torch template calls.
         torch_missing: why the torch style has no template, for the finding.
@@ -68,6 +70,7 @@ _DEV = ("_accelerator_device",)
 _MOD = ("_accelerator_device", "_accelerator_module")
 _INDEX = {"device": "index"}
 _ACC_INDEX = {"device": ""}  # torch.accelerator's memory functions take the device positionally only
+_MEM = _MOD + ("_accelerator_memory",)
 
 TARGETS: dict[str, Target] = {
     # A device with an explicit index ("cuda:1", .cuda(1)); without one this is LOCAL_RANK's device.
@@ -95,21 +98,22 @@ TARGETS: dict[str, Target] = {
                           torch_helpers=_MOD + ("_manual_seed_accelerator",)),
     "manual_seed_all": Target("nm.manual_seed_all(ARGS)", "_manual_seed_accelerator(ARGS)",
                               torch_helpers=_MOD + ("_manual_seed_accelerator",)),
-    "memory_allocated": Target("nm.memory_allocated(ARGS)", "torch.accelerator.memory_allocated(ARGS)",
-                               nm_keywords=_INDEX, torch_keywords=_ACC_INDEX),
-    "max_memory_allocated": Target("nm.max_memory_allocated(ARGS)", "torch.accelerator.max_memory_allocated(ARGS)",
-                                   nm_keywords=_INDEX, torch_keywords=_ACC_INDEX),
-    "memory_reserved": Target("nm.memory_reserved(ARGS)", "torch.accelerator.memory_reserved(ARGS)",
-                              nm_keywords=_INDEX, torch_keywords=_ACC_INDEX),
-    "max_memory_reserved": Target("nm.max_memory_reserved(ARGS)", "torch.accelerator.max_memory_reserved(ARGS)",
-                                  nm_keywords=_INDEX, torch_keywords=_ACC_INDEX),
+    # torch.accelerator's memory functions are newer than torch 2.7.1 (which lacks them): a helper falls back.
+    "memory_allocated": Target("nm.memory_allocated(ARGS)", '_accelerator_memory("memory_allocated", ARGS)',
+                               nm_keywords=_INDEX, torch_keywords=_ACC_INDEX, torch_helpers=_MEM),
+    "max_memory_allocated": Target("nm.max_memory_allocated(ARGS)", '_accelerator_memory("max_memory_allocated", ARGS)',
+                                   nm_keywords=_INDEX, torch_keywords=_ACC_INDEX, torch_helpers=_MEM),
+    "memory_reserved": Target("nm.memory_reserved(ARGS)", '_accelerator_memory("memory_reserved", ARGS)',
+                              nm_keywords=_INDEX, torch_keywords=_ACC_INDEX, torch_helpers=_MEM),
+    "max_memory_reserved": Target("nm.max_memory_reserved(ARGS)", '_accelerator_memory("max_memory_reserved", ARGS)',
+                                  nm_keywords=_INDEX, torch_keywords=_ACC_INDEX, torch_helpers=_MEM),
     "reset_peak_memory_stats": Target(
-        "nm.reset_peak_memory_stats(ARGS)", "torch.accelerator.reset_peak_memory_stats(ARGS)",
-        nm_keywords=_INDEX, torch_keywords=_ACC_INDEX,
+        "nm.reset_peak_memory_stats(ARGS)", '_accelerator_memory("reset_peak_memory_stats", ARGS)',
+        nm_keywords=_INDEX, torch_keywords=_ACC_INDEX, torch_helpers=_MEM,
     ),
-    "memory_stats": Target("nm.memory_stats(ARGS)", "torch.accelerator.memory_stats(ARGS)",
-                           nm_keywords=_INDEX, torch_keywords=_ACC_INDEX),
-    "empty_cache": Target("nm.empty_cache()", "torch.accelerator.empty_cache()"),
+    "memory_stats": Target("nm.memory_stats(ARGS)", '_accelerator_memory("memory_stats", ARGS)',
+                           nm_keywords=_INDEX, torch_keywords=_ACC_INDEX, torch_helpers=_MEM),
+    "empty_cache": Target("nm.empty_cache()", '_accelerator_memory("empty_cache")', torch_helpers=_MEM),
     "mem_get_info": Target("_mem_get_info(ARGS)", "_mem_get_info(ARGS)", nm_helpers=("_mem_get_info",),
                            torch_helpers=_DEV + ("_mem_get_info",)),
     "device_capability": Target("_device_capability(ARGS)", "_device_capability(ARGS)",
@@ -157,11 +161,16 @@ TARGETS: dict[str, Target] = {
 _FAMILY = {"npu_migrate": "nm.device_type()", "torch": "_accelerator_device().type"}
 
 HELPERS: dict[str, str] = {
+    # torch.accelerator.is_available / current_accelerator exist from torch 2.6 (current_accelerator's
+    # check_available= only from 2.7). torch.accelerator.device_count() is never called: on torch 2.7 a
+    # CUDA build without a driver raises "Found no NVIDIA driver" there instead of returning 0
+    # (fixed upstream by pytorch/pytorch#149924, which delegates to torch.cuda.device_count).
     "_accelerator_device": '''\
 def _accelerator_device(index=None):
     """This process's accelerator (torch.accelerator), or the CPU where there is none."""
-    accelerator = torch.accelerator.current_accelerator(check_available=True)
-    return torch.device("cpu") if accelerator is None else torch.device(accelerator.type, index)
+    if not torch.accelerator.is_available():
+        return torch.device("cpu")
+    return torch.device(torch.accelerator.current_accelerator().type, index)
 ''',
     "_accelerator_module": '''\
 def _accelerator_module():
@@ -173,6 +182,16 @@ def _manual_seed_accelerator(seed):
     """Seed the accelerator's generators only, never the CPU's (as CUDA's manual_seed_all does)."""
     if torch.accelerator.is_available():
         _accelerator_module().manual_seed_all(seed)
+''',
+    "_accelerator_memory": '''\
+def _accelerator_memory(name, device=None):
+    """torch.accelerator's memory function NAME (torch > 2.7); before that the accelerator module's."""
+    function = getattr(torch.accelerator, name, None)
+    if function is None:
+        function = getattr(_accelerator_module(), name, None)
+    if function is None:  # the CPU, as torch.accelerator answers there
+        return {"memory_stats": {}, "empty_cache": None, "reset_peak_memory_stats": None}.get(name, 0)
+    return function() if device is None else function(device)
 ''',
     "_device_capability": '''\
 def _device_capability(device=None):

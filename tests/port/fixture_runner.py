@@ -8,7 +8,8 @@ the snippet itself when it calls ``init_process_group``). A fixture whose first 
 ``# exec: raises NAME...`` is expected to raise one of those exceptions (a report-only rule whose
 code stays CUDA-only): the test checks it does; ``# exec: may raise NAME...`` allows it (Triton
 runs where it is installed); ``# exec: needs torch.amp.GradScaler`` skips it where torch lacks an
-API the fixture's own (unported) code uses.
+API the fixture's own (unported) code uses, and ``# exec: needs torch.accelerator.device_count()`` also
+where calling it raises (torch 2.7's CUDA build without a driver: pytorch/pytorch#149924).
 
 Used in-process by tests/port/test_fixtures.py (CPU tier) and as a child process with the
 torch_npu stand-in first on ``PYTHONPATH`` (simulated-NPU tier); results are written as JSON.
@@ -62,7 +63,7 @@ def run_one(code: str, name: str) -> dict[str, str]:
     import torch
     import torch.distributed as dist
 
-    needs = re.match(r"# exec: needs ([\w.]+)", code)
+    needs = re.match(r"# exec: needs ([\w.]+)(\(\))?", code)
     if needs:
         import importlib
 
@@ -70,6 +71,13 @@ def run_one(code: str, name: str) -> dict[str, str]:
         if not hasattr(importlib.import_module(module), attr):
             return {"status": "skipped", "error": f"the fixture's own code needs {needs.group(1)}, which torch "
                                                   f"{torch.__version__} lacks"}
+        if needs.group(2):  # "needs torch.x.f()": the call itself must work on this torch and host
+            try:
+                getattr(importlib.import_module(module), attr)()
+            except Exception as exc:  # noqa: BLE001 - reported as the reason to skip
+                return {"status": "skipped", "error": f"the fixture's own code calls {needs.group(1)}(), which "
+                                                      f"raises on torch {torch.__version__} here: "
+                                                      f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"}
     expected = re.match(r"# exec: (may )?raises? ([\w ]+)", code)
     optional = bool(expected and expected.group(1))
     expected_names = set(expected.group(2).split()) if expected else set()
