@@ -39,8 +39,9 @@ LONG_MODULES: dict[str, str] = {
 # Units, lowest first. A unit is a subpackage of npu_migrate or one of its top-level modules;
 # each may import itself and the units listed for it, nothing else.
 BASE = frozenset({"errors", "log", "textsafe", "redact", "fileio", "registry", "argparsing", "_torch_hook",
-                  "cuda_api", "npu_lines"})
-"""Standard-library helpers every layer uses (errors, safe text, private files, the device and CUDA tables)."""
+                  "cuda_api", "npu_lines", "failure_hints"})
+"""Standard-library helpers every layer uses (errors, safe text, private files, the device and CUDA tables,
+the failing process's hints)."""
 DEVICE = frozenset({"autoload", "device", "distributed", "_exit", "__init__"})
 """Device selection and the process group; ``__init__`` is the lazy facade over them (PEP 562)."""
 ENTRY = frozenset({"cli", "__main__", "_preload", "auto", "smoke", "env", "_bootstrap"})
@@ -74,7 +75,7 @@ TORCH_FREE_AT_IMPORT = (
     "npu_migrate/fileio.py", "npu_migrate/autoload.py", "npu_migrate/_exit.py", "npu_migrate/_torch_hook.py",
     "npu_migrate/_bootstrap/sitecustomize.py", "npu_migrate/migrate/hook.py", "npu_migrate/migrate/environment.py",
     "npu_migrate/compare/_hook.py", "npu_migrate/compare/settings.py", "npu_migrate/launch/stacks.py",
-    "npu_migrate/npu_lines.py", "npu_migrate/releases/",
+    "npu_migrate/npu_lines.py", "npu_migrate/failure_hints.py", "npu_migrate/releases/",
     # torch inside functions only
     "npu_migrate/env.py", "npu_migrate/smoke.py", "npu_migrate/migrate/cli.py",
     "npu_migrate/ops/cli.py", "npu_migrate/data/cache.py", "npu_migrate/migrate/usercode.py",

@@ -39,6 +39,7 @@ class Failure:
     traceback: str | None = None
     log: str | None = None
     time: float = field(default_factory=time.time)
+    own_hint: str | None = None  # the rank's process knew what to do (npu_migrate.failure_hints)
 
     def headline(self) -> str:
         who = f"rank {self.rank} (local rank {self.local_rank} on node {self.node_rank}, host {self.host})"
@@ -50,10 +51,11 @@ class Failure:
         return f"{who} exited with code {self.exit_code} without a Python traceback"
 
     def hint(self) -> str | None:
-        """What to check for a known backend error in the message or traceback."""
+        """What the rank's own process said to do, else what to check for a known backend error in the
+        message or traceback."""
         if self.exc_type is None:
             return None
-        return hints.error_hint(f"{self.message}\n{self.traceback or ''}")
+        return self.own_hint or hints.error_hint(f"{self.message}\n{self.traceback or ''}")
 
     def details(self) -> list[str]:
         lines = []

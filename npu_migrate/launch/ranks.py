@@ -208,7 +208,7 @@ class RankProcesses:
                 rec = json.load(fh)
             return Failure(rank, local, self.cfg.node_rank, rec["host"], exit_code=proc.exitcode,
                            exc_type=rec["type"], message=rec["message"], traceback=rec["traceback"],
-                           log=log, time=rec["time"])
+                           log=log, time=rec["time"], own_hint=rec.get("hint"))
         code = proc.exitcode
         return Failure(rank, local, self.cfg.node_rank, socket.gethostname(), exit_code=code,
                        signal_name=exit_signal(code), log=log,

@@ -16,8 +16,8 @@ In order, :func:`worker_main`:
 4. runs the script (``runpy``), module or function, in a process that multiprocessing sees as a
    main process (:func:`_as_a_new_process`: start method, fork server, resource tracker as a new
    interpreter has them);
-5. on an exception, writes ``error_dir/rank{N}.json`` (type, message, traceback, time) for the
-   launcher's report and exits 1;
+5. on an exception, writes ``error_dir/rank{N}.json`` (type, message, traceback, time, and the hint
+   of :mod:`npu_migrate.failure_hints`) for the launcher's report and exits 1;
 6. waits for the script's non-daemon threads and runs its exit handlers, as Python does at exit.
 """
 
@@ -35,6 +35,7 @@ import time
 import traceback
 from typing import Any
 
+from npu_migrate import failure_hints
 from npu_migrate.launch import output, rundir, secret, stores
 from npu_migrate.launch.config import LaunchConfig, Target
 from npu_migrate.log import ENV_RELAY_PREFIX
@@ -281,6 +282,7 @@ def _run_rank(local_rank: int, cfg: LaunchConfig, target: Target, restart: int, 
             "type": type(exc).__name__,
             "message": " ".join(str(exc).split())[:500],
             "traceback": "".join(traceback.format_exception(type(exc), exc, _user_frames(exc.__traceback__))),
+            "hint": failure_hints.hint(exc),  # what this process's machinery knows (runtime migration)
         }
         path = rundir.error_record(error_dir, rank)
         tmp = os.path.join(error_dir, f".{os.path.basename(path)}.tmp")

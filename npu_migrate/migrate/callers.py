@@ -8,6 +8,7 @@ Usage::
     callers.is_internal(frame.f_code.co_filename)     # True for torch, stdlib, site-packages, npu_migrate
     callers.internal_frame(sys._getframe(1))          # the same for a frame; generated code: who ran it
     callers.record("Tensor.cuda")                     # counted in the report, with the user's call site
+    callers.library_questions()                       # library code that asked CUDA and got torch's answer
     wrapped = callers.caller_aware(torch.cuda.is_available, lambda: True, "torch.cuda.is_available", "redirected")
 
 Queries such as ``torch.cuda.is_available()`` answer for the target device when the caller is
@@ -36,6 +37,12 @@ _CLASSIFIED: dict[str, bool | None] = {}  # file -> internal; None: generated co
 _UNSEEN = object()
 _ROOTS: list[list[usercode.Root]] = [[]]
 _LEFT_ALONE: dict[str, int] = {}  # api -> calls from library code that got torch's own answer
+_ASKED: dict[str, str] = {}  # file of library code -> the last CUDA API it called and got torch's answer for
+_TOLD_NO_CUDA: dict[int, Any] = {}  # id -> code object of library code that torch told "no CUDA" (kept: ids stay)
+
+NO_CUDA_QUESTIONS = frozenset(f"torch.{namespace}.{question}" for namespace in ("cuda", "accelerator")
+                              for question in ("is_available", "device_count"))
+"""The questions whose answer ``False`` or ``0`` tells the asking code that there is no CUDA."""
 
 
 def internal_prefixes() -> tuple[str, ...]:
@@ -53,6 +60,8 @@ def reset() -> None:
     _ROOTS[0] = usercode.internal_roots() + user
     _CLASSIFIED.clear()
     _LEFT_ALONE.clear()
+    _ASKED.clear()
+    _TOLD_NO_CUDA.clear()
     REPORT.user_code = [{"path": r.path, "source": r.source, "name": r.name} for r in user]
     REPORT.left_alone = _LEFT_ALONE
 
@@ -134,17 +143,39 @@ def record(api: str, kind: str = "redirected", detail: str = "") -> None:
 
 
 def left_alone(api: str) -> None:
-    """Count one call of ``api`` from library code, which got torch's own answer."""
+    """Count one call of ``api`` from library code, which got torch's own answer.
+
+    Called by a stand-in: the stand-in's caller (two frames up) is noted as a library file that
+    asked, for :func:`library_questions`.
+    """
     _LEFT_ALONE[api] = _LEFT_ALONE.get(api, 0) + 1
+    _ASKED[sys._getframe(2).f_code.co_filename] = api
+
+
+def library_questions() -> tuple[dict[str, str], set[Any]]:
+    """What library code asked CUDA in this process and got torch's own answer to.
+
+    Returns:
+        ``{file: the last API it called}``, and the code objects of the functions torch told there
+        is no CUDA (:data:`NO_CUDA_QUESTIONS` answered ``False`` or ``0``), for
+        :mod:`npu_migrate.migrate.library_failure`.
+    """
+    return dict(_ASKED), set(_TOLD_NO_CUDA.values())
 
 
 def caller_aware(original: Callable[..., Any], replacement: Callable[..., Any], api: str, kind: str,
                  detail: str = "") -> Callable[..., Any]:
     """Torch and libraries get ``original``; user code gets ``replacement`` (and is counted)."""
+    question = api in NO_CUDA_QUESTIONS
+
     def call(*args: Any, **kwargs: Any) -> Any:
         if internal_frame(sys._getframe(1)):
             left_alone(api)
-            return original(*args, **kwargs)
+            answer = original(*args, **kwargs)
+            if question and not answer:  # the answer is the library's, unchanged; only noted
+                code = sys._getframe(1).f_code
+                _TOLD_NO_CUDA[id(code)] = code  # by id: a code object's hash is computed each time
+            return answer
         record(api, kind, detail)
         return replacement(*args, **kwargs)
 

@@ -84,6 +84,27 @@ def write_report(report_dir: str, path: str | None, job_failed: bool = False) ->
             f"{kinds['noop']} harmless no-op(s), {kinds['unmapped']} unmapped" + (f"; {warning}" if warning else ""))
 
 
+def hint_last(exc: BaseException | None) -> None:
+    """End the script's uncaught ``exc`` with the hint this process has for it (:mod:`npu_migrate.failure_hints`).
+
+    As the last line of its traceback (an exception note, Python >= 3.11), else at once on stderr.
+    npu_migrate's own errors are one line already.
+    """
+    from npu_migrate import failure_hints
+    from npu_migrate.errors import NpuMigrateError
+
+    if not isinstance(exc, Exception) or isinstance(exc, NpuMigrateError):
+        return
+    line = failure_hints.hint(exc)
+    if not line:
+        return
+    line = f"npu-migrate run: hint: {line}"
+    if hasattr(exc, "add_note"):
+        exc.add_note(line)
+    else:
+        print(line, file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
     """Install migration for this process and its children, then run the script as __main__."""
     from npu_migrate import migrate
@@ -134,6 +155,7 @@ def run(args: argparse.Namespace) -> int:
                 code = probe_settings.finish_job(probe, code)
         from npu_migrate.migrate.report import REPORT
 
+        hint_last(sys.exc_info()[1])  # a library's CUDA check: the --user-code that fixes it
         REPORT.dump()
         line = write_report(report_dir, args.migrate_report, job_failed=code != 0 or sys.exc_info()[0] is not None)
         if line:

@@ -20,8 +20,9 @@ import os
 from typing import Iterator
 
 from npu_migrate import device as _device
+from npu_migrate import failure_hints
 from npu_migrate.registry import DEVICES, SOURCE_FAMILY, DeviceSpec
-from npu_migrate.migrate import callers, environment, libs_hook
+from npu_migrate.migrate import callers, environment, library_failure, libs_hook
 from npu_migrate.migrate.mapping import map_environment
 from npu_migrate.migrate.patches import AREAS
 from npu_migrate.migrate.report import REPORT
@@ -69,6 +70,8 @@ def install(device: str | None = None, device_count: int | None = None, propagat
             if spec.name == SOURCE_FAMILY:
                 return spec.name  # nothing to move
             callers.reset()
+            # A script that stops at an installed library's CUDA check is told which --user-code fixes it.
+            patch(failure_hints, "HINTERS", (*failure_hints.HINTERS, library_failure.hint))
             STATE.count = device_count if device_count is not None else (
                 count_from_env() if not spec.is_accelerator else _device.device_count())
             STATE.current = 0
