@@ -8,21 +8,27 @@ Usage::
 
 For scripts that start their own workers with ``torch.multiprocessing.spawn`` (the
 classic ImageNet example): every process they start migrates too. Scripts written for torchrun
-go through ``python -m npu_migrate.launch --migrate`` instead.
+go through ``python -m npu_migrate.launch --migrate`` instead: ``run`` runs one process, as
+``python train.py`` would, and a script that reads ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE`` or
+``LOCAL_WORLD_SIZE`` where none is set (``os.environ["RANK"]``, or ``init_process_group``'s
+``env://`` rendezvous) ends in one line that gives the ``launch --migrate`` command to use
+(:func:`launcher_variable`, :func:`launch_command`; exit 1).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import runpy
+import shlex
 import shutil
 import sys
 import tempfile
 from typing import Any
 
 from npu_migrate.argparsing import OneLineParser
-from npu_migrate.errors import InputError, UsageError
+from npu_migrate.errors import DistributedConfigError, InputError, UsageError
 from npu_migrate.registry import FAMILY_CHOICES
 
 
@@ -61,6 +67,66 @@ def run_script(script: str, script_args: list[str], module: bool = False) -> Non
     else:
         sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
         runpy.run_path(script, run_name="__main__")
+
+
+LAUNCHER_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
+"""What torchrun (and ``launch``) set for each rank: a script that needs them is started as ranks."""
+
+# torch's env:// rendezvous (init_process_group with no init_method), the same words since torch 1.x.
+_ENV_RENDEZVOUS = re.compile(r"env:// rendezvous: environment variable (\w+) expected, but not set")
+
+
+def launcher_variable(exc: BaseException) -> str | None:
+    """The launcher's variable whose absence raised ``exc``, or None where ``exc`` is about something else.
+
+    ``os.environ["RANK"]`` with no ``RANK`` set raises ``KeyError('RANK')``, and
+    ``init_process_group`` (``env://``) raises torch's ``ValueError`` naming the variable; both
+    mean a torchrun-style script run without a launcher.
+    """
+    name: object = None
+    if isinstance(exc, KeyError) and len(exc.args) == 1:
+        name = exc.args[0]
+    elif isinstance(exc, ValueError):
+        found = _ENV_RENDEZVOUS.search(str(exc))
+        name = found.group(1) if found else None
+    return name if name in LAUNCHER_VARIABLES and not os.environ.get(str(name)) else None  # type: ignore[return-value]
+
+
+def _user_frame(exc: BaseException) -> str:
+    """``file:line`` of the innermost frame of ``exc`` in the user's code (" " + it), or ``""``."""
+    from npu_migrate.migrate import usercode
+
+    roots = usercode.internal_roots() + usercode.resolve()
+    where = ""
+    tb = exc.__traceback__
+    while tb is not None:
+        path = tb.tb_frame.f_code.co_filename
+        if not path.startswith("<"):
+            root = usercode.classify(os.path.realpath(path), roots)
+            if root is None or root.user:
+                relative = os.path.relpath(path)
+                where = f"{path if relative.startswith('..') else relative}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    return where
+
+
+def launch_command(args: argparse.Namespace) -> str:
+    """The ``npu-migrate launch --migrate`` command line that runs ``args``'s script as ranks.
+
+    From this process's own command line where ``run`` was given one (every flag of ``run`` is a
+    flag of ``launch`` too), else from the device, device count and script.
+    """
+    argv = sys.argv[1:] if getattr(args, "command_line", False) else []
+    if "run" in argv:
+        at = argv.index("run")  # the sub-command: no global option takes a value
+        words = [*argv[:at], "launch", "--migrate", *argv[at + 1:]]
+    else:
+        words = ["launch", "--migrate"]
+        words += ["--device", args.device] if args.device else []
+        words += ["--device-num", str(args.device_num)] if args.device_num else []
+        words += ["-m"] if args.module else []
+        words += [args.script, *args.script_args]
+    return shlex.join(["npu-migrate", *words])
 
 
 def write_report(report_dir: str, path: str | None, job_failed: bool = False) -> str | None:
@@ -138,8 +204,19 @@ def run(args: argparse.Namespace) -> int:
 
         probe_module.install_from_env()
     code = 0
+    command = launch_command(args)  # before the script replaces sys.argv
     try:
-        run_script(args.script, args.script_args, module=args.module)
+        try:
+            run_script(args.script, args.script_args, module=args.module)
+        except (KeyError, ValueError) as exc:
+            name = launcher_variable(exc)
+            if name is None:
+                raise
+            where = _user_frame(exc)
+            raise DistributedConfigError(
+                f"{where or 'the script'} needs {name}, which torchrun sets for each rank: a torchrun-style "
+                f"script runs as ranks, and run starts one process. Start it as ranks: {command}"
+            ) from None
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         if exc.code is not None and not isinstance(exc.code, int):
