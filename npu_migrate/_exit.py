@@ -12,6 +12,14 @@ terminated with signal SIGABRT" and a finished job exits 1. At ``atexit`` time P
 the threads' callbacks, so the hook destroys the groups that are left (safely on torch < 2.8, see
 :mod:`npu_migrate.distributed`) and collects garbage there, before finalization starts.
 
+A group the script destroyed itself is not always gone either: building a DDP model imports
+torch._dynamo, and with it torch functions whose ``group=group.WORLD`` default, evaluated at that
+import, is the default group; nothing frees it afterwards, and its gloo threads ran through every
+exit of such a script (the mp.spawn workers of a ported script, torchrun-style ranks alike). The hook
+gives those defaults back the None they have before any group exists
+(:func:`npu_migrate.distributed.release_group_defaults`), so the group is freed here too. A group
+the script's own objects still hold (a DDP model in a module global) stays theirs.
+
 The hook imports nothing: where ``torch.distributed`` was never imported it returns at once, and it
 never changes the exit status (an error in it is swallowed: the user's work is already done).
 """

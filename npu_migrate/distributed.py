@@ -20,6 +20,8 @@ import atexit
 import functools
 import logging
 import os
+import sys
+import types
 import weakref
 from dataclasses import dataclass
 from datetime import timedelta
@@ -273,10 +275,69 @@ def destroy_distributed() -> None:
     (guarded_destroy(dist.destroy_process_group) or dist.destroy_process_group)()
 
 
+# torch's own functions that take ``group=group.WORLD`` evaluate it when their module is imported:
+# torch.distributed.nn.functional (all_reduce, broadcast...: torch._dynamo imports it, and building a
+# DistributedDataParallel imports torch._dynamo), ZeroRedundancyOptimizer's _broadcast_object,
+# ShardedGradScaler.__init__. Imported after init_process_group, each default argument is the
+# default group itself, so destroy_process_group() can never free it. On torch 2.14 its gloo worker
+# threads, transport loop and store server then live on while the interpreter finalizes and the
+# process exits, every time, in every script that builds its DDP model after joining the group
+# (measured: after init, DDP, destroy and gc.collect(), ~ProcessGroupGloo never runs; on torch 2.1
+# to 2.7 destroy_process_group stops the threads and only the object lives on). Before init the
+# same default is None, which every one of them reads as "the default group".
+_GROUP_DEFAULTS_IN = "torch.distributed"
+
+
+def _functions_of(module: Any) -> list[Any]:
+    """The module's functions and those of the classes it defines (plain, static and class methods)."""
+    found = []
+    for value in list(vars(module).values()):  # type() only: a deprecated name warns when asked its class
+        if type(value) is types.FunctionType:
+            found.append(value)
+        elif issubclass(type(value), type) and getattr(value, "__module__", None) == module.__name__:
+            members = list(vars(value).values())
+            found.extend(v.__func__ if type(v) in (staticmethod, classmethod) else v for v in members)
+    return [f for f in found if type(f) is types.FunctionType]
+
+
+def release_group_defaults() -> list[Any]:
+    """Give torch's ``group=group.WORLD`` defaults back the value they have before init: None.
+
+    Only once no group is left (after :func:`destroy_distributed`); returns the groups let go.
+    """
+    if not dist.is_available() or dist.is_initialized():
+        return []
+    released: list[Any] = []
+
+    def stale(value: Any) -> bool:
+        if isinstance(value, dist.ProcessGroup):
+            if not any(value is r for r in released):
+                released.append(value)
+            return True
+        return False
+
+    for name, module in list(sys.modules.items()):
+        if module is None or not (name == _GROUP_DEFAULTS_IN or name.startswith(_GROUP_DEFAULTS_IN + ".")):
+            continue
+        for function in _functions_of(module):
+            defaults, keywords = function.__defaults__, function.__kwdefaults__
+            if defaults and any([stale(d) for d in defaults]):
+                function.__defaults__ = tuple(None if isinstance(d, dist.ProcessGroup) else d for d in defaults)
+            if keywords and any([stale(v) for v in keywords.values()]):
+                function.__kwdefaults__ = {k: None if isinstance(v, dist.ProcessGroup) else v
+                                           for k, v in keywords.items()}
+    return released
+
+
 def teardown_at_exit() -> None:
     """Destroy what is left and free held backends while Python is whole (see :mod:`npu_migrate._exit`)."""
     import gc
 
     destroy_distributed()
+    released = release_group_defaults()
+    # Where the binding frees a group with the GIL held (torch < 2.8), its backends are freed last, from here.
+    held = [_backends(group) for group in released] if released and _needs_safe_teardown() else []
+    del released
     _HELD.clear()
-    gc.collect()
+    gc.collect()  # a DDP model left in a reference cycle lets go of its group here
+    held.clear()
