@@ -172,8 +172,6 @@ INTERNALS: tuple[Internal, ...] = (
     _I(("multiprocessing.resource_tracker._resource_tracker",), ("launch/forked_server.py", "launch/worker.py"),
        "the launcher's resource tracker, forgotten in the forked fork server (its workers get the fd) and in "
        "each rank, which starts its own when it needs one, as a new interpreter does"),
-    _I(("multiprocessing.forkserver._forkserver._inherited_fds",), "launch/worker.py",
-       "descriptors a rank inherited for the launcher's fork server, closed as it forgets that server"),
     _I(("multiprocessing.resource_tracker._resource_tracker._fd",), "launch/worker.py",
        "the launcher's resource tracker pipe a rank inherited, closed as it forgets that tracker"),
     _I(("multiprocessing.forkserver._forkserver",), "launch/worker.py",

@@ -129,18 +129,20 @@ def _as_a_new_process() -> None:
     the ``MainProcess``. Then a DataLoader with workers in a ``forkserver`` context waited for good
     on that lock, and its workers in the default context re-ran an unguarded script. Here the rank
     becomes a main process: its own start method, fork server and resource tracker when it first
-    needs them, as a new interpreter gets them. The inherited descriptors are closed.
+    needs them, as a new interpreter gets them. The descriptors of the launcher's fork server and
+    resource tracker are closed.
     """
     import itertools
     from multiprocessing import forkserver, process, resource_tracker
 
     server = forkserver._forkserver
-    for fd in [server._forkserver_alive_fd, *(server._inherited_fds or ())]:
-        if fd is not None:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+    if server._forkserver_alive_fd is not None:  # the launcher's fork server's: not this rank's to keep open
+        try:
+            os.close(server._forkserver_alive_fd)
+        except OSError:
+            pass
+    # Not the inherited descriptors: they are the rank's own arguments' pipes (torch < 2.2's error
+    # queue), already unpickled and in use; only the record of them goes.
     server.__init__()  # type: ignore[misc]  # no address, no pid, a free lock, the default preload
     tracker = resource_tracker._resource_tracker
     if tracker._fd is not None:
