@@ -155,6 +155,10 @@ INTERNALS: tuple[Internal, ...] = (
        "launch/membership.py",
        "stops torch's rendezvous keep-alive timer from the launcher's thread, so its finalizer never joins "
        "its own thread at exit"),
+    _I("torch._dynamo.device_interface", "migrate/install.py",
+       "imported before torch.cuda is patched, so dynamo's CudaInterface keeps torch's own Event and Stream "
+       "(its metaclass asserts their C bases); without it every migrated DDP script failed on torch 2.3-2.5",
+       since="2.2", until="2.6"),
     # ------------------------------------------------------------------ stdlib
     _I("sys._getframe",
        ("migrate/callers.py", "migrate/patches/compiled.py", "migrate/patches/data_amp.py",

@@ -77,9 +77,26 @@ def install(device: str | None = None, device_count: int | None = None, propagat
             STATE.current = 0
             if spec.is_accelerator:
                 map_environment(spec)
+            _dynamo_reads_the_real_cuda()
             for install_area in AREAS:
                 install_area()
             return spec.name
+
+
+def _dynamo_reads_the_real_cuda() -> None:
+    """On torch 2.2 to 2.5, import dynamo's device interfaces before ``torch.cuda`` is patched.
+
+    Their class bodies read ``torch.cuda.Event`` and ``Stream`` once, where a metaclass asserts that
+    they derive from torch's C event and stream bases; imported after migration (building a DDP
+    model imports dynamo), they got the target's classes and every such script failed with
+    "DeviceInterface member Event should be inherit from _EventBase" (found by ``.ci/matrix`` on
+    torch 2.3.1, 2.4.0 and 2.5.1). Torch 2.6 dropped the check; 2.1 has no such interface. Dynamo is
+    torch's own code, which gets torch's real answers anyway. Costs one import of dynamo there.
+    """
+    import torch
+
+    if "2.2" <= torch.__version__ < "2.6":
+        import torch._dynamo.device_interface  # noqa: F401
 
 
 def _family_before_detection(device: str | None) -> DeviceSpec | None:
