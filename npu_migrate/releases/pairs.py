@@ -218,15 +218,22 @@ def pairing(torch_version: str, candidates: Optional[Iterable[wheels.Release]] =
 
 
 def same_line(torch_version: str, candidates: Optional[Iterable[wheels.Release]] = None) -> Optional[wheels.Release]:
-    """The newest release among ``candidates`` (default: the cached wheels) built for
-    ``torch_version``'s release line, whether or not it accepts that build of torch."""
+    """The release among ``candidates`` (default: the cached wheels) built for ``torch_version``'s
+    release line, whether or not it accepts that build of torch: the newest that pins this torch
+    release (2.9.0.post9's ``torch==2.9.0+cpu`` for torch 2.9.0+cu128, not 2.9.1's newer pin), else
+    the newest of the line."""
+    public = _version(torch_version).public
+    line = []
     for release in cached_releases() if candidates is None else candidates:
         try:
             if built_for(release.requires_torch, release.version) == release_of(torch_version):
-                return release
+                line.append(release)
+                pinned = _pinned(release.requires_torch or "")
+                if pinned is not None and _version(pinned).public == public:
+                    return release
         except (OSError, ValueError, KeyError, zipfile.BadZipFile):
             continue
-    return None
+    return line[0] if line else None
 
 
 def fetch_pairing(torch_version: str) -> wheels.Release:
@@ -236,5 +243,8 @@ def fetch_pairing(torch_version: str) -> wheels.Release:
     Raises:
         ReleaseNotFound: the index has no such release, or pip could not reach it.
     """
-    line = ".".join(map(str, release_of(torch_version)))
-    return wheels.download(f"{line}.*")
+    try:  # the releases of this very torch release first (torch 2.9.0: 2.9.0.postN, not 2.9.1)
+        return wheels.download(f"{_version(torch_version).base_version}.*")
+    except wheels.ReleaseNotFound:
+        line = ".".join(map(str, release_of(torch_version)))
+        return wheels.download(f"{line}.*")
