@@ -93,6 +93,17 @@ def _fake_npu_missing() -> str | None:
 FAKE_NPU_MISSING = _fake_npu_missing()
 
 
+def fake_npu_release_table():  # noqa: ANN201 - the module tests/fake_npu/torch_npu/_release.py
+    """The stand-in's release table reader, loaded on its own, once (importing torch_npu would set up the device)."""
+    name = "fake_npu_release"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, FAKE_NPU / "torch_npu" / "_release.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
 EVERY_TORCH_AREAS = ("launch/", "security/test_store_secret.py", "test_distributed.py")
 """Test paths (under tests/) whose tests carry ``every_torch``: where torch releases differ most for
 this project (torch.distributed.elastic's rendezvous and TCPStore's API under the launcher, the

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import ast
 import functools
-import importlib.util
 import json
 import subprocess
 import sys
@@ -39,23 +38,13 @@ sys.path[:0] = [str(ROOT)] if str(ROOT) not in sys.path else []
 from npu_migrate import releases  # noqa: E402
 from npu_migrate.releases import pairs, surface  # noqa: E402
 
-from conftest import released_wheel  # noqa: E402
+from conftest import fake_npu_release_table, released_wheel  # noqa: E402
 
 FAKE_NPU = TESTS / "fake_npu"
 NOT_SIMULATED = FAKE_NPU / "NOT_SIMULATED.txt"
 
 
-def _stand_in_release_module():  # noqa: ANN202 - tests/fake_npu/torch_npu/_release.py, without the stand-in
-    """The stand-in's release table reader, loaded on its own (importing torch_npu would set up the device)."""
-    path = FAKE_NPU / "torch_npu" / "_release.py"
-    spec = importlib.util.spec_from_file_location("fake_npu_release", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-release_table = _stand_in_release_module()
+release_table = fake_npu_release_table()
 TABLE = release_table.TABLE
 REGENERATE = release_table.REGENERATE
 STAND_IN = releases.Release("stand-in", FAKE_NPU, "installed")

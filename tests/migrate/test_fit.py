@@ -15,7 +15,6 @@ no argument, ``get_device_name(device=0)`` on every release (``device_name`` the
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import subprocess
 import sys
@@ -31,19 +30,10 @@ from npu_migrate.errors import MigrationError
 from npu_migrate.migrate import fit
 from npu_migrate.migrate.patches import cuda_namespace
 
-from conftest import FAKE_NPU, MIGRATE_SCRIPTS, ROOT, child_env, run_cli
+from conftest import FAKE_NPU, MIGRATE_SCRIPTS, ROOT, child_env, fake_npu_release_table, run_cli
 
 
-def _release_table():  # noqa: ANN202 - tests/fake_npu/torch_npu/_release.py, read without importing the stand-in
-    path = FAKE_NPU / "torch_npu" / "_release.py"
-    spec = importlib.util.spec_from_file_location("fake_npu_release_for_fit", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-release_table = _release_table()
+release_table = fake_npu_release_table()
 RELEASES = release_table.load()
 RELEASE = "torch-npu 9.9.9"
 P = inspect.Parameter
