@@ -19,7 +19,7 @@ the installed torch's calls to those listed, so one table serves every supported
 
 from __future__ import annotations
 
-GENERATED_FROM: tuple[str, ...] = ("2.7.1", "2.14.0")
+GENERATED_FROM: tuple[str, ...] = ("2.1.0", "2.7.1", "2.14.0")
 
 # Qualified names of functions and classes with a `device` parameter.
 DEVICE_FUNCTIONS: frozenset[str] = frozenset({
@@ -166,6 +166,7 @@ DEVICE_FUNCTIONS: frozenset[str] = frozenset({
 # Those whose first positional parameter is the device (torch.set_default_device(0)).
 DEVICE_FIRST_FUNCTIONS: frozenset[str] = frozenset({
     "torch.Event",
+    "torch.Generator",
     "torch.Stream",
     "torch.distributed.get_default_backend_for_device",
     "torch.get_device_module",

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from conftest import FAKE_NPU, LAUNCH_SCRIPTS, ROOT, child_env
 from support import Launch, wait_for_files
@@ -22,6 +23,10 @@ from support import Launch, wait_for_files
 SCRIPT = LAUNCH_SCRIPTS / "torchrun_job.py"
 HOST = socket.gethostname()
 pytestmark = pytest.mark.slow
+
+
+def torch_at_least(major: int, minor: int) -> bool:
+    return tuple(int(p) for p in torch.__version__.split(".")[:2]) >= (major, minor)
 
 
 def _report(out: Path, rank: int, attempt: int = 0) -> dict:
@@ -40,8 +45,8 @@ def test_standalone_with_role_prefix_events_and_torchruns_variables(tmp_path: Pa
         env = r["env"]
         assert (env["RANK"], env["LOCAL_RANK"], env["CUDA_VISIBLE_DEVICES"]) == (str(rank), "0", str(rank))
         assert (env["ROLE_NAME"], env["ROLE_RANK"], env["ROLE_WORLD_SIZE"]) == ("trainer", str(rank), "2")
-        assert (env["MASTER_ADDR"], env["TORCH_NCCL_ASYNC_ERROR_HANDLING"], env["TORCHELASTIC_USE_AGENT_STORE"]) == (
-            "127.0.0.1", "1", "True")
+        async_name = "TORCH_NCCL_ASYNC_ERROR_HANDLING" if torch_at_least(2, 2) else "NCCL_ASYNC_ERROR_HANDLING"
+        assert (env["MASTER_ADDR"], env[async_name], env["TORCHELASTIC_USE_AGENT_STORE"]) == ("127.0.0.1", "1", "True")
         assert re.fullmatch(r"[0-9a-f-]{36}", env["TORCHELASTIC_RUN_ID"])  # --standalone: a new id, as torchrun
         assert env["TORCHELASTIC_ERROR_FILE"].endswith(f"torchelastic-error-rank{rank}.json")
         assert r["sum"] == 3.0 and r["argv"] == [str(SCRIPT), "--say", "hi"]  # --run-path wins over --no-python
