@@ -37,17 +37,6 @@ torch loaded (hundreds of MB) and gloo connects every pair of them, so far beyon
 node swaps and thrashes instead of running the job (``--device-num 1000000`` would fork until the
 host falls over)."""
 
-def _async_error_handling_env() -> str:
-    """The variable torchrun's agent sets for NCCL's async error handling, in this torch's spelling."""
-    import importlib.metadata
-
-    try:
-        version = tuple(int(p) for p in importlib.metadata.version("torch").split(".")[:2])
-    except (importlib.metadata.PackageNotFoundError, ValueError):
-        version = (0, 0)
-    return "NCCL_ASYNC_ERROR_HANDLING" if version < (2, 2) else "TORCH_NCCL_ASYNC_ERROR_HANDLING"
-
-
 @dataclass(frozen=True)
 class LaunchConfig:
     """Everything about one node's share of the job.
@@ -148,8 +137,7 @@ class LaunchConfig:
             "TORCHELASTIC_RUN_ID": self.job_id,
             "NPU_MIGRATE_DEVICE": self.device,
         }
-        # torchrun's agent sets the name its torch reads: NCCL_ASYNC_ERROR_HANDLING before torch 2.2.
-        async_name = _async_error_handling_env()
+        async_name = torchrun_settings.async_error_handling_env()  # NCCL_ASYNC_ERROR_HANDLING before torch 2.2
         env[async_name] = os.environ.get(async_name, "1")
         if local_rank < len(self.error_files):  # the attempt's, as torchrun's LogsSpecs gives it
             env["TORCHELASTIC_ERROR_FILE"] = self.error_files[local_rank]

@@ -72,6 +72,18 @@ class Settings:
         return 0 if self.virtual_local_rank else local_rank
 
 
+def async_error_handling_env() -> str:
+    """The variable torchrun's agent sets for NCCL's async error handling, in this torch's spelling
+    (``NCCL_ASYNC_ERROR_HANDLING`` before torch 2.2), read without importing torch."""
+    import importlib.metadata
+
+    try:
+        version = tuple(int(p) for p in importlib.metadata.version("torch").split(".")[:2])
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        version = (0, 0)
+    return "NCCL_ASYNC_ERROR_HANDLING" if version < (2, 2) else "TORCH_NCCL_ASYNC_ERROR_HANDLING"
+
+
 def nproc_family(keyword: str | None, device: str | None) -> str | None:
     """The device family for ``--nproc-per-node WORD`` and ``--device``; conflicts refused in one line.
 
