@@ -173,6 +173,10 @@ INTERNALS: tuple[Internal, ...] = (
     _I(("atexit._run_exitfuncs",), ("launch/forked_server.py", "launch/worker.py"),
        "the forked fork server runs its exit handlers (the workers' cleanup) before os._exit; each rank runs "
        "the script's (atexit, weakref.finalize) at its end as Python does, before multiprocessing's os._exit"),
+    _I(("threading._shutdown",), "launch/worker.py",
+       "a rank ends as Python does: threading's exit hooks (concurrent.futures' executors) and non-daemon "
+       "threads, then atexit; without the hooks first, an atexit handler waiting on inductor's compile pool "
+       "hung a compiled script's ranks on torch 2.1"),
     _I(("multiprocessing.resource_tracker._resource_tracker",), ("launch/forked_server.py", "launch/worker.py"),
        "the launcher's resource tracker, forgotten in the forked fork server (its workers get the fd) and in "
        "each rank, which starts its own when it needs one, as a new interpreter does"),

@@ -167,13 +167,9 @@ def _exit_as_python_does() -> None:
     """
     import atexit
 
-    current = threading.current_thread()
-    while True:
-        waiting = [t for t in threading.enumerate() if t is not current and not t.daemon and t.is_alive()]
-        if not waiting:
-            break
-        for thread in waiting:
-            thread.join()
+    # What Py_FinalizeEx does first: threading's own exit hooks (concurrent.futures' executors, which
+    # an atexit handler may wait on: inductor's compile pool on torch 2.1), then the non-daemon threads.
+    threading._shutdown()
     atexit._run_exitfuncs()
 
 
