@@ -30,6 +30,7 @@ import json
 import os
 import random
 import re
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -192,7 +193,13 @@ def local_data_dir(args: argparse.Namespace, info: nm.DistInfo, include: tuple[s
     try:
         return str(cache.fetch(args.data_dir, include=include, cache_dir=args.cache_dir))
     except StorageError as exc:
-        raise storage_exit(exc, info) from None
+        # fetch() gave every rank the same failure: rank 0 says it before any rank ends, or the
+        # launcher could stop rank 0 mid-line because another rank ended first.
+        if info.is_main:
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+        if dist.is_available() and dist.is_initialized():
+            dist.barrier()
+        raise SystemExit(1) from None
 
 
 def load_torchvision(dataset_cls: Any, name: str, data_dir: str, info: nm.DistInfo, offline: str,

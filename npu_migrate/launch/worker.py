@@ -255,6 +255,14 @@ def worker_main(local_rank: int, cfg: LaunchConfig, target: Target, restart: int
     rank = cfg.rank(local_rank)
     try:
         _run_rank(local_rank, cfg, target, restart, error_dir, rank)
+    except SystemExit as exc:
+        if exc.code is not None and not isinstance(exc.code, int):
+            # Python prints a SystemExit's message before its exit handlers run (multiprocessing
+            # would print it after): the line must be out before the launcher may stop this rank
+            # because another one ended first.
+            print(exc.code, file=sys.stderr, flush=True)
+            raise SystemExit(1) from None
+        raise
     finally:
         _exit_as_python_does()
 

@@ -140,3 +140,20 @@ def test_the_simulated_npu_family(tmp_path: Path, default_start_method: str) -> 
                  "--pin-memory", paths=(FAKE_NPU,), ASCEND_RT_VISIBLE_DEVICES="0,1")
     assert job.wait() == 0, job.err
     check_workers(tmp_path, 2, default_start_method)
+
+
+def test_a_system_exit_message_comes_before_the_exit_handlers(tmp_path: Path) -> None:
+    # As `python train.py` does: the message of `raise SystemExit("...")` is printed, then the
+    # script's exit handlers run; the launcher may stop a rank whose peer ended first, so the
+    # line must not wait for the handlers.
+    script = tmp_path / "exits.py"
+    script.write_text("import atexit, sys\n"
+                      "atexit.register(lambda: print('exit handler ran', file=sys.stderr, flush=True))\n"
+                      "raise SystemExit('error: the data is not there')\n")
+    job = Launch(tmp_path, "--device-num", "1", str(script))
+    assert job.wait() == 1, job.err
+    lines = job.err.splitlines()
+    said = [i for i, line in enumerate(lines) if line.endswith("error: the data is not there")]
+    ran = [i for i, line in enumerate(lines) if line.endswith("exit handler ran")]
+    assert len(said) == 1 and len(ran) == 1 and said[0] < ran[0], job.err
+    assert "Traceback" not in job.err
