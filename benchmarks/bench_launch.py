@@ -226,7 +226,7 @@ def flight_overhead(blocks: int = 21, calls: int = 2000) -> None:
     code = f"""
 import os, statistics, tempfile, time, json
 import torch, torch.distributed as dist
-from npu_migrate.launch import flight
+from npu_migrate.launch.hangs import flight
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str({free_port()}), RANK="0", WORLD_SIZE="1")
 dist.init_process_group("gloo")
 record = flight.FlightRecord(os.path.join(tempfile.mkdtemp(), "r.bin"), 0)
@@ -302,8 +302,8 @@ def _print_run(script: Path, work: Path, lines: int, inherit: bool, unbuffered: 
 def _relay_alone(lines: int, unbuffered: bool) -> float:
     """CPU seconds of the relay's reader alone: this process relays 2 writer processes' lines."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from npu_migrate.launch.config import LaunchConfig
-    from npu_migrate.launch.output import OutputSettings, Relay, fifo_paths
+    from npu_migrate.launch.setup.config import LaunchConfig
+    from npu_migrate.launch.procs.output import OutputSettings, Relay, fifo_paths
 
     env = dict(os.environ, BENCH_LINES=str(lines), WORLD_SIZE="2")
     env.pop("PYTHONUNBUFFERED", None)

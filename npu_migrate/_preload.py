@@ -26,7 +26,7 @@ from __future__ import annotations
 import sys
 
 from npu_migrate import _torch_hook
-from npu_migrate.launch.forkserver import PRELOADED
+from npu_migrate.launch.procs.forkserver import PRELOADED
 
 try:
     _torch_hook.import_held(PRELOADED)

@@ -70,7 +70,7 @@ COMMANDS: tuple[Command, ...] = (
             prog="npu-migrate ops"),
     Command("compare", "npu_migrate.compare.cli", "Compare two runs' losses and per-module statistics; name the first culprit.",
             False, prog="npu-migrate compare"),
-    Command("stacks", "npu_migrate.launch.stacks", "Print every rank's Python stack of a running launcher (PID).", False,
+    Command("stacks", "npu_migrate.launch.hangs.stacks", "Print every rank's Python stack of a running launcher (PID).", False,
             prog="npu-migrate stacks"),
 )
 _BY_NAME = {c.name: c for c in COMMANDS}
@@ -144,7 +144,7 @@ def _run(argv: list[str], command_line: bool = False) -> int:
         autoload.check_versions()
     parser = build_parser(command)
     if command is not None and command.name == "launch":  # torchrun's `--tee VALUE` beside the `--tee` switch
-        from npu_migrate.launch.torchrun_flags import parse_args
+        from npu_migrate.launch.torchrun.flags import parse_args
 
         args = parse_args(parser, argv)  # a usage error: argparse's line and SystemExit(2)
     else:

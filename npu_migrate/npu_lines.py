@@ -9,7 +9,7 @@ Usage::
     npu_lines.COLLECTED.by_rank()     # {"0": {"cpu_fallback": {"aten::isin.Tensor_Tensor_out": 1}}}
     npu_lines.COLLECTED.summary()     # ["rank 0: 1 CPU fallback (aten::isin.Tensor_Tensor_out)"]
 
-The launcher's line relay (:mod:`npu_migrate.launch.output`) feeds every whole line it relays; the
+The launcher's line relay (:mod:`npu_migrate.launch.procs.output`) feeds every whole line it relays; the
 summary goes to the console at the job's end and ``by_rank()`` into ``--error-file``. The texts are
 torch_npu's own, as its wheels print them (``strings libtorch_npu.so`` of 2.14.0, and users' logs)::
 

@@ -9,7 +9,7 @@ Usage::
 
 Everything a family needs is one row of :data:`DEVICES`: the device layer, ``import torch``'s
 autoload guard (:mod:`npu_migrate.autoload`), ``npu-migrate env``, the launcher's interface variables
-(:mod:`npu_migrate.launch.cluster`) and runtime migration read the row, never the family's name.
+(:mod:`npu_migrate.launch.setup.cluster`) and runtime migration read the row, never the family's name.
 This module imports nothing heavy, so the command line can offer the families (``--device``
 choices) before torch is imported; :mod:`npu_migrate.device` does the choosing and the device calls.
 """

@@ -40,7 +40,7 @@ os.environ.update(HIDDEN_DEVICES)  # before torch is imported here, and before a
 import torch  # noqa: E402
 
 from npu_migrate import device as _device  # noqa: E402
-from npu_migrate.launch.cluster import node_cores  # noqa: E402 - the cores the launcher shares out, as it counts them
+from npu_migrate.launch.setup.cluster import node_cores  # noqa: E402 - the cores the launcher shares out, as it counts them
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent

@@ -24,7 +24,7 @@ registry.DEVICES["xpu"] = registry.DeviceSpec(
     interface_env=("XCCL_SOCKET_IFNAME",),
 )
 from npu_migrate import autoload, device, env
-from npu_migrate.launch import cluster
+from npu_migrate.launch.setup import cluster
 import importlib
 install = importlib.import_module("npu_migrate.migrate.install")  # the module: the package exports install()
 

@@ -15,32 +15,21 @@ MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT...) plus NODE_RANK, NPU_MIG
 OMP_NUM_THREADS and the interface that reaches node 0, has its device bound, and runs SCRIPT as
 ``__main__`` with ``sys.argv = [SCRIPT, *ARGS]``.
 
-One concept per module:
+The package is in wings, one concept each (as ``torch.distributed.elastic`` keeps ``agent/``,
+``rendezvous/``, ``multiprocessing/``); each wing's docstring lists its modules:
 
-* :mod:`.options`: the options the user gave (:class:`LaunchOptions`: flags or ``spawn()``'s keywords);
-* :mod:`.config`: the checked settings of one node (:func:`make_config`), the world table;
-* :mod:`.features`: features that plug into the launcher (runtime migration, the probe);
-* :mod:`.cluster`: Slurm/Kubeflow variables, host lists, addresses, interfaces, cores;
-* :mod:`.rendezvous`: a node's seat in a multi-node job: :mod:`.jobstore` (node 0's store and the
-  calls on it), :mod:`.membership` (token, flags, claims, rounds), :mod:`.board` (heartbeats,
-  failures, hang relay, the end), :mod:`.storewait` (blocking waits), :mod:`.timing` (every window);
-* :mod:`.worker`: the bootstrap of each worker process;
-* :mod:`.supervisor`: the job's phases, restarts and failure reports; :mod:`.api`: :func:`spawn`; :mod:`.ranks`
-  (this node's worker processes), :mod:`.failure`, :mod:`.hangwatch`, :mod:`.rundir` (the run directory);
-* :mod:`.flight`: each rank's flight record (the collective it is in), written in the worker;
-* :mod:`.watchdog`: hang detection and who is behind (``--hang-timeout``), in the launcher;
-* :mod:`.stacks`: every rank's stack on a hang, SIGUSR1 or ``npu-migrate stacks PID``;
-* :mod:`.hints`: what a signal or a known backend error means (tables);
-* :mod:`.report`: the JSON report of every rank's exit (``--error-file``);
-* :mod:`.preflight`: the pre-flight all-reduce (``--preflight``);
-* :mod:`.output`: the ranks' output relay: whole lines, prefixes, console filter, rank logs;
-* :mod:`.forkserver`: the fork server that has torch loaded;
-* :mod:`.signals`: SIGINT/SIGTERM in every phase;
-* :mod:`.errors`: exceptions and one-line messages;
-* :mod:`.cli`: the flags, ``run`` and ``main``; :mod:`.torchrun_flags` (torchrun's other flags) and
-  :mod:`.torchrun_settings` (what they become in a job), :mod:`.logs_layout` (torchrun's log files),
-  :mod:`.executable` (``--no-python``), :mod:`.elastic_events` (``--event-log-handler``);
-* :mod:`.target`: what each worker runs.
+* :mod:`.setup`: what one node will run, from the user's options and the host, checked;
+* :mod:`.torchrun`: torchrun's command line, whole, and what each flag becomes;
+* :mod:`.nodes`: the multi-node control plane (stores, membership, the board, liveness);
+* :mod:`.hangs`: flight records, the watchdog, every rank's stack;
+* :mod:`.procs`: the supervisor, the fork server, the ranks and their output.
+
+At the top: :mod:`.cli` (the flags, ``run`` and ``main``), :mod:`.api` (:func:`spawn`),
+:mod:`.features` (what plugs into the launcher), :mod:`.signals` (SIGINT/SIGTERM in every phase),
+:mod:`.hints` (what a signal or a known backend error means), :mod:`.errors` (exceptions and
+one-line messages). A job, in order: ``cli`` -> ``setup.options`` -> ``setup.config`` ->
+``procs.supervisor`` (-> ``nodes.rendezvous`` on several nodes) -> ``procs.ranks`` ->
+``procs.worker`` in each rank -> the user's script -> ``procs.failure`` / ``procs.report``.
 
 Importing this package does not import torch: the launcher starts its fork server first.
 """
@@ -48,7 +37,7 @@ Importing this package does not import torch: the launcher starts its fork serve
 from __future__ import annotations
 
 from npu_migrate.launch.cli import add_arguments, build_parser, main, run
-from npu_migrate.launch.config import (
+from npu_migrate.launch.setup.config import (
     CONTROL_PORT_OFFSET,
     DEFAULT_NODE_TIMEOUT,
     DEFAULT_PORT,
@@ -58,7 +47,7 @@ from npu_migrate.launch.config import (
     world_table,
 )
 from npu_migrate.launch.errors import JobFailed, LaunchError, LaunchUsageError
-from npu_migrate.launch.options import LaunchOptions
+from npu_migrate.launch.setup.options import LaunchOptions
 from npu_migrate.launch.signals import STOP_GRACE_S
 from npu_migrate.launch.api import spawn
 

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
-from npu_migrate.launch import cpplog
-from npu_migrate.launch.config import Target, make_config
+from npu_migrate.launch.procs import cpplog
+from npu_migrate.launch.setup.config import Target, make_config
 from npu_migrate.launch.errors import JobFailed
-from npu_migrate.launch.forkserver import start_fork_server, stop_fork_server
-from npu_migrate.launch.supervisor import run_job
+from npu_migrate.launch.procs.forkserver import start_fork_server, stop_fork_server
+from npu_migrate.launch.procs.supervisor import run_job
 
 
 def spawn(fn: Callable[..., Any], args: Sequence[Any] = (), options: Any = None, **settings: Any) -> None:
@@ -36,11 +36,11 @@ def spawn(fn: Callable[..., Any], args: Sequence[Any] = (), options: Any = None,
     Args:
         fn: the function every process runs.
         args: its arguments after the local rank.
-        options: a :class:`npu_migrate.launch.options.LaunchOptions` (the command line's options).
+        options: a :class:`npu_migrate.launch.setup.options.LaunchOptions` (the command line's options).
         settings: the same options as keywords, over ``options``: ``nproc``, ``nnodes``,
             ``node_rank``, ``addr``, ``port``, ``device``, ``log_dir``, ``max_restarts``,
             ``join_timeout``, ``job_id``, ``node_timeout``, ``output`` and the others
-            :class:`~npu_migrate.launch.options.LaunchOptions` lists.
+            :class:`~npu_migrate.launch.setup.options.LaunchOptions` lists.
 
     Raises:
         LaunchError: bad input; nothing was started.

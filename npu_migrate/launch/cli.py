@@ -26,14 +26,20 @@ from typing import Any
 
 from npu_migrate import autoload
 from npu_migrate.argparsing import OneLineParser, run_command
-from npu_migrate.launch import authstore, features, forked_server, ports, rdzv_flags, secret
-from npu_migrate.launch.config import CONTROL_PORT_OFFSET, DEFAULT_PORT, Target, make_config, world_table
-from npu_migrate.launch import executable, hccl, ranktable, schedulers, signals, torchrun_flags
+from npu_migrate.launch import features
+from npu_migrate.launch.nodes import authstore, secret
+from npu_migrate.launch.procs import forked_server
+from npu_migrate.launch.setup import ports
+from npu_migrate.launch.torchrun import rdzv as rdzv_flags
+from npu_migrate.launch.setup.config import CONTROL_PORT_OFFSET, DEFAULT_PORT, Target, make_config, world_table
+from npu_migrate.launch import signals
+from npu_migrate.launch.setup import hccl, ranktable, schedulers
+from npu_migrate.launch.torchrun import executable, flags as torchrun_flags
 from npu_migrate.launch.errors import LaunchUsageError, say
-from npu_migrate.launch.forkserver import start_fork_server, stop_fork_server
-from npu_migrate.launch.options import DEFAULT_JOIN_TIMEOUT, DEFAULT_NODE_TIMEOUT, LaunchOptions
-from npu_migrate.launch.output import DEFAULT_TEMPLATE
-from npu_migrate.launch.watchdog import DEFAULT_HANG_TIMEOUT
+from npu_migrate.launch.procs.forkserver import start_fork_server, stop_fork_server
+from npu_migrate.launch.setup.options import DEFAULT_JOIN_TIMEOUT, DEFAULT_NODE_TIMEOUT, LaunchOptions
+from npu_migrate.launch.procs.output import DEFAULT_TEMPLATE
+from npu_migrate.launch.hangs.watchdog import DEFAULT_HANG_TIMEOUT
 from npu_migrate.registry import FAMILY_CHOICES
 
 PROG = "npu-migrate launch"
@@ -233,7 +239,7 @@ def _target(args: argparse.Namespace) -> Target:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from npu_migrate.launch.supervisor import run_job
+    from npu_migrate.launch.procs.supervisor import run_job
 
     if args.print_env:
         print(print_env(dict(os.environ)))

@@ -8,7 +8,7 @@ Usage::
     ...
     relay.close()                                  # after it: every line is out
 
-The launcher relays whole lines for the ranks it starts (:mod:`npu_migrate.launch.output`);
+The launcher relays whole lines for the ranks it starts (:mod:`npu_migrate.launch.procs.output`);
 ``npu-migrate run`` starts one process, and the children ``torch.multiprocessing.spawn`` makes
 share its stdout and stderr. Unbuffered, ``print`` writes the text and the newline separately, so
 two ranks' lines arrived as one ("loss=0.530ACCEPT-OK rank=0 ...").
@@ -32,7 +32,7 @@ import threading
 from string import Template
 from typing import Any
 
-from npu_migrate.launch.output import DEFAULT_TEMPLATE, DRAIN_S
+from npu_migrate.launch.procs.output import DEFAULT_TEMPLATE, DRAIN_S
 from npu_migrate.migrate.environment import ENV_SPAWN_NPROCS, ENV_WHOLE_LINES
 
 READ_SIZE = 1 << 16

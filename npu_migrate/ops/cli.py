@@ -75,7 +75,7 @@ def one_rank() -> Iterator[None]:
     """torchrun's variables with one-rank defaults, and ``mp.spawn`` running rank 0 in this process."""
     import torch.multiprocessing as mp
 
-    from npu_migrate.launch import hccl, ports  # torch-free
+    from npu_migrate.launch.setup import hccl, ports  # torch-free
 
     saved = {k: os.environ.get(k) for k in (*_ONE_RANK, "MASTER_PORT")}
     picked = None

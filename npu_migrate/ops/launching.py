@@ -6,7 +6,7 @@ Usage::
     # npu-migrate launch: rank 1: torch_npu reported 1 fallback(s) refused by --strict-ops (aten::...)
 
 The launcher's line relay counts torch_npu's lines per rank (:mod:`npu_migrate.npu_lines`, fed by
-:mod:`npu_migrate.launch.output`); this feature (found through
+:mod:`npu_migrate.launch.procs.output`); this feature (found through
 :data:`npu_migrate.launch.features.BUILT_IN`) adds ``--strict-ops``, which every worker inherits
 as ``TORCH_NPU_FALLBACK_CPU_DISABLE=1``, and prints one line per rank that printed any when the job
 ends. Standard library only: the launcher builds its parser before torch is imported.

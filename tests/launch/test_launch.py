@@ -65,7 +65,8 @@ def test_module_target_and_subcommand(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_function_target_like_seed_003(tmp_path: Path) -> None:
-    from npu_migrate.launch import JobFailed, cpplog, spawn
+    from npu_migrate.launch import JobFailed, spawn
+    from npu_migrate.launch.procs import cpplog
     from launch.scripts.spawn_target import train
 
     before = (os.environ.get(cpplog.ENV), cpplog.level())
@@ -129,7 +130,7 @@ def test_slurm_environment_fills_in_the_nodes(tmp_path: Path) -> None:
     ("gpu07", "gpu07"), ("gpu[07-09,12],cpu1", "gpu07"), ("a,b", "a"), ("n[1,3]", "n1"), ("rack1-n[003-004]", "rack1-n003"),
 ])
 def test_first_host_of_a_slurm_node_list(nodelist: str, first: str) -> None:
-    from npu_migrate.launch.config import _slurm_first_host
+    from npu_migrate.launch.setup.config import _slurm_first_host
 
     assert _slurm_first_host(nodelist) == first
 

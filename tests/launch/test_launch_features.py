@@ -20,9 +20,9 @@ import pytest
 from conftest import ROOT, child_env, run_cli
 from npu_migrate.launch import features
 from npu_migrate.launch.cli import build_parser, main
-from npu_migrate.launch.config import make_config
+from npu_migrate.launch.setup.config import make_config
 from npu_migrate.launch.features import FeatureJob, LaunchFeature
-from npu_migrate.launch.options import LaunchOptions
+from npu_migrate.launch.setup.options import LaunchOptions
 
 SPAWN_KEYWORDS = ("nproc", "nnodes", "node_rank", "addr", "port", "device", "log_dir", "max_restarts", "join_timeout",
                   "job_id", "node_timeout", "output")

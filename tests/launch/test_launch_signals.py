@@ -112,7 +112,7 @@ def test_stopping_waits_a_bounded_time_for_a_worker_that_survives_sigkill() -> N
     import subprocess
     import types
 
-    from npu_migrate.launch import supervisor
+    from npu_migrate.launch.procs import supervisor
     from npu_migrate.launch.signals import REAP_AFTER_KILL_S
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, child_env, run_cli
-from npu_migrate.launch.failure import Failure
+from npu_migrate.launch.procs.failure import Failure
 from npu_migrate.migrate.library_failure import CUDA_MISSING, Frame, decide, user_code_argument
 
 USER, TORCH = Frame(), Frame(infra=True)

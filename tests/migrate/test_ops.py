@@ -102,7 +102,7 @@ def test_mp_spawn_ddp_script_runs_as_one_rank(tmp_path: Path, release: str) -> N
 
 def test_the_one_ranks_port_is_held_while_the_script_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     """Picked, not taken by another connection before the script's rank 0 serves it, then given back."""
-    from npu_migrate.launch import ports
+    from npu_migrate.launch.setup import ports
     from npu_migrate.ops.cli import one_rank
 
     monkeypatch.delenv("MASTER_PORT", raising=False)

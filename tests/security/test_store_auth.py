@@ -8,8 +8,8 @@ from datetime import timedelta
 import pytest
 import torch.distributed as dist
 
-from npu_migrate.launch.authstore import AuthStore, UnauthenticatedValue, sign, verify
-from npu_migrate.launch.padded_store import PaddedStore, pad
+from npu_migrate.launch.nodes.authstore import AuthStore, UnauthenticatedValue, sign, verify
+from npu_migrate.launch.nodes.padded_store import PaddedStore, pad
 
 SECRET = b"k" * 32
 

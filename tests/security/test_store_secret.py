@@ -25,7 +25,7 @@ import torch.distributed as dist
 from conftest import ROOT, child_env, free_port, run_cli
 from support import JOB, Launch, one_line_errors, wait_for_files, wait_for_text, wait_until
 
-from npu_migrate.launch.padded_store import pad, unpad
+from npu_migrate.launch.nodes.padded_store import pad, unpad
 
 SECRET = "s3cr3t-for-the-test-" + "x" * 20
 REFUSED = "refused a value under "
@@ -186,7 +186,7 @@ def test_a_secret_file_others_can_read_is_refused(tmp_path: Path) -> None:
 def test_a_secret_on_a_descriptor_is_read_once_and_bad_ones_are_named(tmp_path: Path) -> None:
     """NPU_MIGRATE_JOB_SECRET_FD (how the launcher passes the secret to itself, or `3<FILE`)."""
     from npu_migrate.launch.errors import LaunchUsageError
-    from npu_migrate.launch.secret import FD_ENV, load_secret
+    from npu_migrate.launch.nodes.secret import FD_ENV, load_secret
 
     reader, writer = os.pipe()
     os.write(writer, SECRET.encode() + b"\n")
@@ -201,7 +201,7 @@ def test_a_secret_on_a_descriptor_is_read_once_and_bad_ones_are_named(tmp_path: 
     with pytest.raises(LaunchUsageError, match=rf"^--secret-file and {FD_ENV} both give the job secret: use one"):
         load_secret(str(tmp_path / "secret"), environ={FD_ENV: "3"})
     # A spawn() caller's descriptor is read at its first job, and the secret kept for the next ones.
-    from npu_migrate.launch import authstore
+    from npu_migrate.launch.nodes import authstore
 
     reader, writer = os.pipe()
     os.write(writer, SECRET.encode())
@@ -290,7 +290,7 @@ def test_a_forged_claim_of_a_node_rank(tmp_path: Path, secret: bool) -> None:
         assert node1.err.count(REFUSED + f"npu_migrate/{job}/claim/1") == 1
     else:
         # Without the secret the forged claim is written, but a claim's owner must answer a ping
-        # through its own launcher (launch/liveness.py): one whose heartbeat alone moves is taken over
+        # through its own launcher (launch/nodes/liveness.py): one whose heartbeat alone moves is taken over
         # after --node-timeout. A forger that answers pings too is stopped only by the secret.
         assert codes == [0, 0], node1.err
         assert "already taken" not in node1.err

@@ -1,0 +1,413 @@
+"""The board: what the launchers of a running job tell each other through node 0's store.
+
+Usage (by :mod:`.rendezvous` and the supervisor)::
+
+    board = Board(js)                 # js: this launcher's JobStore (:mod:`.jobstore`)
+    board.start()                     # the heartbeat thread: beats, reads abort / fail, answers pings
+    board.set_round(gen, members)     # after each round (:mod:`.membership`)
+    event = board.event()             # None, or Event(EventKind.FAILED / ABORT / LOST, ...)
+    board.publish_failure(record); record = board.first_failure()
+    board.finish()                    # every node's ranks finished (blocking)
+    board.linger(); board.stop()      # node 0 serves until the others read why the job ended
+
+**Keys** (under ``npu_migrate/<job id>/`` in node 0's store; membership's in :mod:`.membership`,
+the ping's in :mod:`.liveness`):
+
+===================== ====================================================================
+``alive/<owner>``     a counter each launcher adds 1 to every heartbeat
+                      (:func:`.timing.heartbeat_interval`); one that stands still for
+                      ``--node-timeout`` means that node is lost. Node 0's own loss shows as
+                      the store going away (:data:`.timing.ERRORS_BEFORE_LOST`).
+``lost/<owner>``      set by the node that noticed the loss: the relaunched node may claim at once.
+``running``           the generation that is running ("" while nodes are joining or failed).
+``gen``               the newest generation (restart count).
+``fail/<gen>``        the first failure of a generation (a rank's error, a hang, or a lost node,
+                      also one a rank's connection error named: :meth:`Board.lost_peer`), JSON
+                      with ``"kind"`` (:class:`FailureKind`); the one with the earliest ``time``
+                      wins (compare-and-set); every node stops its ranks, then restarts or ends.
+``flight/<gen>/<K>``  node K's ranks' flight records (:mod:`.flight`), JSON, every heartbeat;
+                      node 0 reads them to decide a hang for the whole job (:mod:`.watchdog`).
+``hang/<gen>``        the latest hang node 0 declared: ``{"id", "summary", "states", ...}``;
+                      every node prints its own ranks' stacks for a new id, then arrives at
+``hang_ack/<gen>/<id>`` which node 0 waits for (:data:`.timing.HANG_ACK_WAIT_S`) before ending.
+``abort``             a reason that ends every launcher of the job, in any phase (duplicate
+                      node rank, mismatched flags, a signalled launcher, the job's last failure).
+``done/<gen>``,
+``acked/<gen>``       arrivals: every node's ranks finished; node 0 serves until all have read it.
+``seen/abort``,
+``seen/<gen>``        arrivals: the nodes that read ``abort`` / ``fail/<gen>``; node 0 serves
+                      (:func:`.timing.linger_window` at most) until the others read why the job ends.
+===================== ====================================================================
+
+An *arrival* at ``K`` (:func:`.storewait.arrive`) adds 1 to the counter ``K`` and sets ``K/<n>``
+for its number n: a waiter blocks in ``store.wait([K/<n>])`` instead of reading the counter in
+a loop.
+
+Every record here comes from another process, possibly another machine: :func:`as_record` reads
+it without trusting its shape, and text from it goes through :func:`npu_migrate.textsafe.printable`
+where it is printed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from typing import Any
+
+from npu_migrate.launch.nodes import storewait, timing
+from npu_migrate.launch.errors import first_line
+from npu_migrate.launch.procs.failure import order
+from npu_migrate.launch.nodes.jobstore import JobStore
+from npu_migrate.launch.nodes.liveness import Liveness, answer_pings, ask, failure_text, lost_record, named_in
+from npu_migrate.launch.nodes.records import (
+    FIELD_LIMIT,
+    Event,
+    EventKind,
+    FailureKind,
+    JobEvent,
+    Member,
+    Round,
+    as_record,
+)
+from npu_migrate.launch.nodes.storewait import peek
+from npu_migrate.textsafe import printable
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["FIELD_LIMIT", "Board", "Event", "EventKind", "FailureKind", "JobEvent", "Member", "Round", "as_record",
+           "peek"]
+
+
+class Board:
+    """This launcher's side of the board (see the module docstring).
+
+    Two threads share it: the heartbeat writes what it read under :attr:`_lock`, the main thread
+    reads it through :meth:`event` and tells the others through the ``publish``/``abort`` calls.
+    """
+
+    def __init__(self, js: JobStore) -> None:
+        self.js = js
+        self.generation = 0
+        self.interval = timing.heartbeat_interval(self.cfg.node_timeout)
+        self.claimed = False  # this launcher holds its node rank: it counts as one of the job's nodes
+        self.finished = False  # every node's ranks finished
+        self.answered = 0  # pings to this launcher answered (:mod:`.liveness`)
+        self.flight_out: str | None = None  # this node's ranks' flight records, published every beat
+        self.flight_in: dict[int, str] = {}  # node 0: the other nodes' records, as last read
+        self.hang_in: dict[str, Any] | None = None  # the latest hang node 0 announced
+        self._lock = threading.Lock()
+        self._beaten = threading.Condition(self._lock)  # notified after every heartbeat
+        self._stop = threading.Event()
+        self._watching = False
+        self._members: dict[int, Member] = {}
+        self._last_change: dict[int, float] = {}
+        self._counters: dict[int, int] = {}
+        self._last_ok = time.monotonic()
+        self._errors = 0
+        self._last_error = ""
+        self._abort: str | None = None
+        self._fail: dict[int, str] = {}
+        self._seen_sent: set[str] = set()
+        self._lost: set[int] = set()  # node ranks this launcher published as lost
+        self._told: tuple[str, float] | None = None  # (seen key, when) of the job's end, published or read
+        js.events = self.raise_event
+        js.explain = self._explain_error
+
+    @property
+    def cfg(self) -> Any:
+        """This node's config (:attr:`.JobStore.cfg`: the node rank is filled in at the rendezvous)."""
+        return self.js.cfg
+
+    # -- the round
+
+    def set_round(self, generation: int, members: dict[int, Member]) -> None:
+        """A round completed: watch these members' heartbeats from now on."""
+        now = time.monotonic()
+        with self._lock:
+            self.generation = generation
+            self._members = dict(members)
+            self._last_change = {k: now for k in members}
+            self._counters = {}
+
+    def clear_round(self) -> None:
+        """A new round is forming: no member to watch until it completes."""
+        self.set_round(self.generation, {})
+
+    # -- what the board says
+
+    def event(self) -> Event | None:
+        """What the board says now (never blocks): this generation's failure, an abort, or a lost node."""
+        with self._lock:
+            # A failure first: the node that saw it also aborts the job when no restart is left,
+            # and the failure is the better report.
+            fail = self._fail.get(self.generation) if self._members else None  # only while a round runs
+            if fail:
+                record = as_record(fail)
+                return Event(EventKind.FAILED, printable(record.get("message") or ""), record)
+            if self._abort:
+                return Event(EventKind.ABORT, printable(self._abort), {})
+            return self._lost_node(time.monotonic())
+
+    def _lost_node(self, now: float) -> Event | None:
+        cfg = self.cfg
+        if self._watching and cfg.node_rank != 0 and (now - self._last_ok > cfg.node_timeout
+                                                      or self._errors >= timing.ERRORS_BEFORE_LOST):
+            host0 = self._members[0].host if 0 in self._members else cfg.addr
+            why = (f"its store stopped answering ({self._last_error})" if self._errors
+                   else f"no answer for {cfg.node_timeout:g} s")
+            return self._lost_event(0, host0, None, f"lost node 0 ({host0}): {why}")
+        for k, seen in self._last_change.items():
+            if k != cfg.node_rank and now - seen > cfg.node_timeout:
+                member = self._members[k]
+                message = f"lost node {k} ({member.host}): no heartbeat for {cfg.node_timeout:g} s (--node-timeout)"
+                return self._lost_event(k, member.host, member.owner, message)
+        return None
+
+    @staticmethod
+    def _lost_event(node_rank: int, host: str, owner: str | None, message: str) -> Event:
+        return Event(EventKind.LOST, message, {"kind": FailureKind.LOST, "node_rank": node_rank, "host": host,
+                                               "owner": owner, "message": message})
+
+    def raise_event(self) -> None:
+        """Raise :class:`JobEvent` if the board says something."""
+        event = self.event()
+        if event is not None:
+            raise JobEvent(event)
+
+    def _explain_error(self) -> None:
+        """After a store error: wait a few heartbeats for the board to say why; raise its event if it does.
+
+        The board's state changes only at a heartbeat, so this waits beat by beat (woken by each)
+        rather than reading it in a loop; signals are checked between beats.
+        """
+        if not self._watching:
+            return
+        deadline = time.monotonic() + timing.ABORT_EXPLAIN_BEATS * self.interval + timing.ABORT_EXPLAIN_SLACK_S
+        while True:
+            self.raise_event()
+            self.js.signals.check()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            with self._beaten:
+                self._beaten.wait(min(left, self.interval))
+
+    # -- the heartbeat (its own thread and store connection)
+
+    def start(self) -> None:
+        """Start beating (after the token check, before claiming the node rank)."""
+        self._last_ok = time.monotonic()
+        self._watching = True
+        threading.Thread(target=self._beat, name="npu_migrate-heartbeat", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _beat(self) -> None:
+        """One beat every interval until :meth:`stop`: a periodic task, so a loop by nature.
+
+        Every beat counts this launcher alive, answers pings, reads ``abort`` and ``fail/<gen>``
+        (either may come; a wait can only block on one set of keys, all of which must come),
+        reads the others' counters and relays flight records.
+        """
+        js, store = self.js, self.js.watch
+        alive = js.key(f"alive/{js.owner}")
+        while not self._stop.is_set():
+            try:
+                store.add(alive, 1)
+                self.answered = answer_pings(store, js.prefix, js.owner, self.answered)
+                abort = peek(store, js.key("abort"))
+                gen = self.generation
+                fail = peek(store, js.key(f"fail/{gen}"))
+                with self._lock:  # recorded before telling node 0, which may then close the store
+                    members = dict(self._members)
+                    if abort:
+                        self._abort = abort
+                    if fail:
+                        self._fail[gen] = fail
+                    if self.cfg.node_rank == 0 and self._told is None and (abort or fail):
+                        # Another node ended the job: node 0 serves the store until the rest read why too.
+                        self._told = ("seen/abort" if abort else f"seen/{gen}", time.monotonic())
+                counters = {k: store.add(js.key(f"alive/{m.owner}"), 0) for k, m in members.items()}
+                self._flight(store, gen, members)
+                # Tell node 0 we read it: it keeps serving the store until every node has.
+                # Only a node of the job counts: a refused duplicate that read its own abort is none.
+                for seen, value in (("seen/abort", abort), (f"seen/{gen}", fail)):
+                    if value and seen not in self._seen_sent and self.cfg.node_rank != 0 and self.claimed:
+                        self._seen_sent.add(seen)
+                        storewait.arrive(store, js.key(seen))
+                now = time.monotonic()
+                with self._lock:
+                    self._last_ok = now
+                    self._errors = 0
+                    for k, value in counters.items():
+                        if self._counters.get(k) != value:
+                            self._counters[k] = value
+                            self._last_change[k] = now
+            except Exception as exc:  # noqa: BLE001 - the store is gone or unreachable
+                with self._lock:
+                    self._errors += 1
+                    self._last_error = first_line(exc)
+                logger.debug("heartbeat: %s", exc)
+            with self._beaten:
+                self._beaten.notify_all()
+            self._stop.wait(self.interval)
+
+    def _flight(self, store: Any, gen: int, members: dict[int, Member]) -> None:
+        """Publish this node's flight records; node 0 reads everyone's, the others read node 0's hang."""
+        if not members:
+            return
+        js, node = self.js, self.cfg.node_rank
+        out = self.flight_out
+        if out is not None and node != 0:
+            store.set(js.key(f"flight/{gen}/{node}"), out)
+        if node == 0:
+            found = {k: peek(store, js.key(f"flight/{gen}/{k}")) for k in members if k != 0}
+            with self._lock:
+                self.flight_in = {k: v for k, v in found.items() if v}
+        else:
+            hang = peek(store, js.key(f"hang/{gen}"))
+            if hang:
+                self.hang_in = as_record(hang)
+
+    # -- hangs
+
+    def announce_hang(self, record: dict[str, Any]) -> None:
+        """Node 0: tell every node about a hang (each prints its own ranks' stacks)."""
+        key, value = self.js.key(f"hang/{self.generation}"), json.dumps(record)
+        self.js.quietly(lambda: self.js.store.set(key, value))
+
+    def ack_hang(self, hang_id: int) -> None:
+        """This node printed its stacks for hang ``hang_id``."""
+        key = self.js.key(f"hang_ack/{self.generation}/{hang_id}")
+        self.js.quietly(lambda: storewait.arrive(self.js.store, key))
+
+    def wait_hang_acks(self, hang_id: int) -> None:
+        """Node 0: wait (blocking, :data:`.timing.HANG_ACK_WAIT_S` at most) until the other nodes printed their stacks."""
+        key = self.js.key(f"hang_ack/{self.generation}/{hang_id}")
+        last = storewait.arrival_key(key, self.cfg.nnodes - 1)
+        self.js.quietly(lambda: self.js.wait_keys([last], timing.HANG_ACK_WAIT_S), timing.HANG_ACK_WAIT_S + 1)
+
+    # -- failures
+
+    def publish_failure(self, record: dict[str, Any]) -> None:
+        """Tell every node that this generation failed (the first report wins); never blocks long."""
+        js, gen = self.js, self.generation
+        if record.get("kind") == FailureKind.LOST and isinstance(record.get("node_rank"), int):
+            self._lost.add(record["node_rank"])  # it will never read why the job ends: no one waits for it
+        self._told = (f"seen/{gen}", time.monotonic())
+
+        def publish() -> None:
+            key, mine = js.key(f"fail/{gen}"), json.dumps(record)
+            current = js.store.compare_set(key, "", mine).decode()
+            # The first failure wins (failure.order: causes before consequences, then the earliest),
+            # whichever node published its own first (a compare-and-set retry).
+            while current != mine and order(as_record(current)) > order(record):
+                current = js.store.compare_set(key, current, mine).decode()
+            if record.get("kind") == FailureKind.LOST and record.get("owner"):
+                js.store.set(js.key(f"lost/{record['owner']}"), "1")
+            js.store.set(js.key("running"), "")
+
+        js.quietly(publish)
+
+    def lost_peer(self, failure: dict[str, Any]) -> dict[str, Any] | None:
+        """The node behind a rank's connection error, when that node is gone: a ``lost`` record, cause first.
+
+        A rank whose peer's launcher was killed fails at once with the backend's connection error,
+        which names the peer's address; the heartbeat board would call the node lost only after
+        ``--node-timeout``, and the report would blame this node's rank. Each other node the error
+        names (:func:`.liveness.named_in`) is asked whether its launcher is there
+        (:func:`.liveness.ask`, :data:`.timing.LOSS_CONFIRM_SHARE` of the node timeout at most). The
+        record keeps the rank's failure under ``"after"`` and carries the time of the node's last
+        heartbeat seen here, so it wins over its consequences on every node.
+
+        Raises:
+            JobEvent: the board spoke meanwhile (another node's failure, an abort, a lost node).
+            Interrupted: SIGINT/SIGTERM meanwhile.
+        """
+        js = self.js
+        self.raise_event()  # the board may already say why (an abort ends ranks on every node)
+        text = failure_text(failure)
+        with self._lock:
+            members, changed = dict(self._members), dict(self._last_change)
+        seconds = max(self.interval * timing.LOSS_CONFIRM_BEATS, self.cfg.node_timeout * timing.LOSS_CONFIRM_SHARE)
+        for member in named_in(text, members, self.cfg.node_rank):
+            state = js.call(lambda m=member: ask(js.store, js.client, js.prefix, m.owner, seconds), "liveness")
+            if state is Liveness.ALIVE or (state is Liveness.GONE and member.node_rank != 0):
+                continue  # alive: the rank's error stands; the store gone: the board names node 0
+            self.raise_event()  # an abort read meanwhile explains the loss (node 0 ended the job)
+            last_beat = time.time() - (time.monotonic() - changed.get(member.node_rank, time.monotonic()))
+            return lost_record(member, state, seconds, failure, self.cfg.node_rank, last_beat)
+        return None
+
+    def first_failure(self) -> dict[str, Any] | None:
+        """The failure that won for this generation (as every node sees it), if readable.
+
+        Read after one heartbeat (:data:`.timing.FAILURE_SETTLE_MAX_S`): a node whose rank failed
+        earlier may publish it a little later.
+        """
+        key = self.js.key(f"fail/{self.generation}")
+        self._stop.wait(min(timing.FAILURE_SETTLE_MAX_S, self.interval))
+
+        def read() -> dict[str, Any] | None:
+            value = peek(self.js.store, key)
+            return as_record(value) if value else None
+
+        return self.js.quietly(read)
+
+    def next_generation(self) -> None:
+        """After a failure: the next round runs generation + 1."""
+        self.generation += 1
+        gen = str(self.generation)
+        self.js.quietly(lambda: self.js.store.set(self.js.key("gen"), gen))
+
+    def abort(self, message: str) -> None:
+        """End every launcher of the job with ``message`` (the first reason wins)."""
+        self._told = ("seen/abort", time.monotonic())
+        logger.info("aborting the job: %s", message)
+        self.js.quietly(lambda: self.js.store.compare_set(self.js.key("abort"), "", message))
+
+    # -- the end
+
+    def finish(self) -> None:
+        """Wait (blocking) until every node's ranks of this generation are done.
+
+        Every node arrives at ``done/<gen>`` and waits for the last arrival's key; the signed
+        count confirms it (a key alone could be set by anyone who reaches the store). Node 0 then
+        serves until every node has arrived at ``acked/<gen>`` (:data:`.timing.ACK_WAIT_S` at most).
+
+        Raises:
+            JobEvent: a failure, a lost node or an abort meanwhile.
+            Interrupted: SIGINT/SIGTERM meanwhile.
+        """
+        js, nnodes = self.js, self.cfg.nnodes
+        done, acked = js.key(f"done/{self.generation}"), js.key(f"acked/{self.generation}")
+        js.call(lambda: storewait.arrive(js.store, done), "finish")
+        js.await_keys([storewait.arrival_key(done, nnodes)], "finish")
+        if not js.call(lambda: storewait.arrived(js.store, done, nnodes), "finish"):
+            raise RuntimeError(f"{done}/{nnodes} was set, but fewer nodes arrived: not by a launcher of this job")
+        js.call(lambda: storewait.arrive(js.store, acked), "finish")
+        self.finished = True
+        if self.cfg.node_rank == 0:  # keep serving until every node has read the result
+            last = storewait.arrival_key(acked, nnodes)
+            js.quietly(lambda: js.wait_keys([last], timing.ACK_WAIT_S), timing.ACK_WAIT_S + 1)
+
+    def linger(self) -> None:
+        """Node 0: serve the store a little longer after telling the others that the job ends.
+
+        So that they read why instead of finding the store gone: until every other node has
+        arrived at the ``seen`` key (blocking), or :func:`.timing.linger_window` at most (a busy
+        node reads late; a lost one never).
+        """
+        if self.cfg.node_rank != 0 or self._told is None or self.js.store is None:
+            return
+        key, since = self._told
+        deadline = since + timing.linger_window(self.cfg.node_timeout)
+        others = self.cfg.nnodes - 1 - len(self._lost - {0})
+        if others > 0:
+            last = storewait.arrival_key(self.js.key(key), others)
+            left = max(0.0, deadline - time.monotonic())
+            self.js.quietly(lambda: self.js.wait_keys([last], left), left)
+        logger.info("served the store until %s nodes read %s (or for %.1f s)", others, key, deadline - since)

@@ -1,0 +1,162 @@
+"""The launcher's TCPStore servers, each listening on the job's address only, never on every interface.
+
+Usage::
+
+    server = serve("10.0.0.1", 29501, timeout=600)   # node 0's launcher store (--port + 1)
+    ranks = RankStore(cfg)                           # node 0: MASTER_PORT's store, for the workers
+    ranks.restart()                                  # a fresh one before each start of the ranks
+    ranks.close()
+
+**Binding.** A ``TCPStore`` server binds every interface (``::`` or ``0.0.0.0``) whatever host
+name it is given. :func:`serve` binds a socket itself to the job's address (``--addr`` on node
+0, which the launcher checked is this host's; loopback for a single node) and hands it to
+torch with ``master_listen_fd`` (torch 2.1 and later; torch owns the descriptor from then on).
+
+**Backend.** torch 2.4 made libuv the default ``TCPStore`` server, and libuv's server takes a
+listening descriptor only from torch 2.8 (pytorch/pytorch#150215): on torch 2.4 to 2.7 it refuses
+one ("The libuv TCPStore backend does not support initialization with an listen fd"), and binding by
+port instead would listen on every interface. There :func:`serve` asks for the classic backend
+(``use_libuv=False``, which takes the descriptor on every torch); elsewhere it keeps torch's default,
+or the classic backend under ``USE_LIBUV=0`` (:func:`server_options`). Only the server differs:
+clients speak the same protocol to both.
+
+**MASTER_PORT.** torch's ``env://`` rendezvous would make rank 0 serve ``MASTER_PORT`` on every
+interface. Instead node 0's launcher serves it (:class:`RankStore`) and every worker is a client:
+the workers get ``TORCHELASTIC_USE_AGENT_STORE=True``, torchrun's own switch for an
+agent-hosted store, which ``torch.distributed.rendezvous._create_c10d_store`` reads (torch 2.1:
+every rank a client under ``PrefixStore("/worker/attempt_<restart>")``; newer torch: every rank
+a client without a prefix, when MASTER_ADDR:MASTER_PORT is the endpoint). As torchrun does, the
+launcher serves a new store for every start of the ranks, so no key of an earlier attempt (or
+of ``--preflight``) is left for the next. torch >= 2.4 also lets a script's own
+``TCPStore(MASTER_ADDR, MASTER_PORT, is_master=True)`` share it; on older torch such a script
+must use another port (docs/security.md).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import socket
+from datetime import timedelta
+from typing import Any
+
+from packaging.version import Version
+
+from npu_migrate.launch.setup import cluster
+
+logger = logging.getLogger(__name__)
+
+AGENT_STORE_ENV = "TORCHELASTIC_USE_AGENT_STORE"
+"""Set to ``"True"`` in every worker: the launcher serves MASTER_PORT (torch's own switch)."""
+
+_BACKLOG = 1024
+"""Pending connections the listening socket queues (every rank of a large job connects at once)."""
+
+
+def bind(addr: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``addr:port`` (the first of its addresses this host has).
+
+    Where ``addr`` is not this host's but traffic to it arrives here (a MindCluster AscendJob's
+    ``MASTER_ADDR`` is the master pod's Service IP, which Kubernetes forwards to the pod's own
+    address), the socket binds the address of the interface that routes to ``addr``: still one
+    interface, never all of them.
+
+    Raises:
+        OSError: no address of ``addr`` (or of the way to it) can be bound, or the port is taken.
+    """
+    try:
+        return _bind_first(addr, port)
+    except OSError as exc:
+        if exc.errno != errno.EADDRNOTAVAIL:
+            raise
+        found = cluster.interface_for(addr)
+        if found is None:
+            raise
+        logger.debug("%s is not this host's; listening on %s (%s), the way to it", addr, found[1], found[0])
+        return _bind_first(found[1], port)
+
+
+def _bind_first(addr: str, port: int) -> socket.socket:
+    error: OSError | None = None
+    for family, kind, proto, _, sockaddr in socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM):
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as TCPStore does
+            sock.bind(sockaddr)
+            sock.listen(_BACKLOG)
+        except OSError as exc:
+            sock.close()
+            error = exc
+            continue
+        return sock
+    raise error or OSError(f"{addr} has no address")
+
+
+LIBUV_DEFAULT = (2, 4)
+"""The first torch whose ``TCPStore`` server is libuv's unless ``use_libuv=False`` is given."""
+LIBUV_TAKES_FD = (2, 8)
+"""The first torch whose libuv store server listens on a descriptor it is given (pytorch/pytorch#150215)."""
+
+
+def server_options(torch_version: str | None = None, use_libuv: str | None = None) -> dict[str, Any]:
+    """The ``TCPStore`` keywords that pick a server backend able to take ``master_listen_fd``.
+
+    ``{"use_libuv": False}`` where libuv is the default backend but cannot take a descriptor
+    (torch 2.4 to 2.7); ``{}`` where the default can: the classic backend (torch < 2.4, where
+    ``use_libuv`` defaults to False) or libuv (torch >= 2.8), kept there because it is torch's
+    choice for large jobs (thousands of ranks connecting at once). ``USE_LIBUV=0``
+    (``use_libuv``, default: the environment's), torch's own switch back to the classic backend
+    for the stores ``env://`` and torchrun serve, picks it on torch >= 2.8 too.
+    """
+    if torch_version is None:
+        import torch
+
+        torch_version = torch.__version__
+    if use_libuv is None:
+        use_libuv = os.environ.get("USE_LIBUV")
+    release = Version(torch_version).release[:2]
+    if release < LIBUV_DEFAULT:
+        return {}
+    return {"use_libuv": False} if release < LIBUV_TAKES_FD or use_libuv == "0" else {}
+
+
+def serve(addr: str, port: int, timeout: float) -> Any:
+    """A TCPStore server listening on ``addr:port`` only (see the module docstring)."""
+    from torch.distributed import TCPStore
+
+    sock = bind(addr, port)
+    try:
+        return TCPStore(addr, port, None, True, timedelta(seconds=timeout), wait_for_workers=False,
+                        master_listen_fd=sock.fileno(), **server_options())
+    finally:
+        sock.detach()  # the store owns (and closes) the descriptor now, or closed it on failure
+
+
+def client(addr: str, port: int, timeout: float) -> Any:
+    from torch.distributed import TCPStore
+
+    return TCPStore(addr, port, None, False, timedelta(seconds=timeout))
+
+
+class RankStore:
+    """Node 0's launcher serves MASTER_PORT's store for every rank of the job (see the module docstring)."""
+
+    def __init__(self, addr: str, port: int, timeout: float = 3600.0) -> None:
+        self.addr = addr
+        self.port = port
+        self.timeout = timeout
+        self.store: Any = None
+
+    def restart(self) -> None:
+        """Serve a new, empty store on MASTER_PORT (before the ranks, or the pre-flight, start).
+
+        Raises:
+            OSError: the address is not this host's, or the port is taken.
+        """
+        self.close()
+        self.store = serve(self.addr, self.port, self.timeout)
+
+    def close(self) -> None:
+        """Stop serving (every rank that uses it has exited)."""
+        self.store = None

@@ -1,0 +1,9 @@
+"""Processes: this node's ranks from the fork server to their exit, and what the launcher reads of them.
+
+* :mod:`.supervisor`: the job's phases, restarts and failure reports; :mod:`.ranks`: this node's
+  workers of one attempt; :mod:`.worker`: the bootstrap in each worker;
+* :mod:`.forkserver` (with :mod:`.forked_server`): the fork server that has torch imported;
+* :mod:`.output`: the ranks' output relay; :mod:`.rundir`: the run directory;
+* :mod:`.failure`: a rank's failure as reported; :mod:`.report`: the ``--error-file`` JSON;
+* :mod:`.preflight`: ``--preflight``; :mod:`.cpplog`: torch's C++ log level.
+"""

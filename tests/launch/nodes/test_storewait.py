@@ -1,0 +1,109 @@
+"""The launcher's blocking waits on a real TCPStore: torch's synchronize and barrier on the running torch, arrivals.
+
+Every value goes through the launcher's wrappers (padded, and signed with a secret), as on the
+board; each party of an exchange runs in a thread with a client of its own, as each launcher has.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+from torch.distributed import TCPStore
+
+from conftest import free_port
+from npu_migrate.launch.nodes import authstore, storewait
+from npu_migrate.launch.nodes.padded_store import PaddedStore, pad
+
+SECRET = b"s" * 32
+
+
+@pytest.fixture
+def server():
+    yield TCPStore("127.0.0.1", free_port(), None, True, timedelta(seconds=30), wait_for_workers=False)
+
+
+def _client(server: TCPStore, secret: bytes | None, seconds: float = 30) -> object:
+    return authstore.wrap(TCPStore("127.0.0.1", server.port, None, False, timedelta(seconds=seconds)), secret)
+
+
+def _in_threads(fn, n: int) -> list:
+    results: list = [None] * n
+    errors: list = []
+
+    def run(i: int) -> None:
+        try:
+            results[i] = fn(i)
+        except Exception as exc:  # noqa: BLE001 - handed to the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    return results
+
+
+@pytest.mark.parametrize("secret", [None, SECRET], ids=["plain", "signed"])
+def test_synchronize_gives_every_party_every_value_unpadded(server, secret) -> None:
+    got = _in_threads(lambda i: storewait.synchronize(_client(server, secret), f"node{i}".encode(), i, 3,
+                                                      "job/round/r/member/", 30), 3)
+    assert got == [[b"node0", b"node1", b"node2"]] * 3
+
+
+def test_synchronize_times_out_when_a_party_never_comes(server) -> None:
+    with pytest.raises(Exception):  # noqa: B017 - torch's store error, whose class differs between versions
+        storewait.synchronize(_client(server, None), b"alone", 0, 2, "job/round/r/member/", 0.5)
+
+
+def test_barrier_on_this_torch(server) -> None:
+    assert _in_threads(lambda i: storewait.barrier(_client(server, None), i, 2, "job/barrier", 30), 2) == [None, None]
+
+
+@pytest.mark.parametrize("secret", [None, SECRET], ids=["plain", "signed"])
+def test_the_nth_arrival_sets_its_key_and_a_waiter_sees_it(server, secret) -> None:
+    store = _client(server, secret)
+    assert not storewait.wait_keys(_client(server, secret), ["job/done/0/2"], 0.2, check=store)
+    assert [storewait.arrive(_client(server, secret), "job/done/0") for _ in range(2)] == [1, 2]
+    assert storewait.wait_keys(_client(server, secret), ["job/done/0/2"], 5, check=store)
+    assert storewait.arrived(store, "job/done/0", 2) and not storewait.arrived(store, "job/done/0", 3)
+
+
+def test_a_waiter_blocks_until_the_last_arrival(server) -> None:
+    seen = threading.Event()
+    waiter = threading.Thread(target=lambda: storewait.wait_keys(_client(server, None), ["job/acked/0/2"], 30)
+                              and seen.set())
+    waiter.start()
+    storewait.arrive(_client(server, None), "job/acked/0")
+    assert not seen.is_set()  # job/acked/0/2 does not exist yet
+    storewait.arrive(_client(server, None), "job/acked/0")
+    waiter.join(30)
+    assert seen.is_set()
+
+
+def test_a_forged_arrival_key_ends_a_wait_but_not_the_signed_count(server) -> None:
+    # A process without the secret can set the key a waiter blocks on (a wait sees keys, not values);
+    # the signed count, which the board confirms with, does not move.
+    store = _client(server, SECRET)
+    storewait.arrive(store, "job/done/0")
+    PaddedStore(TCPStore("127.0.0.1", server.port, None, False, timedelta(seconds=30))).set("job/done/0/2", "1")
+    assert storewait.wait_keys(_client(server, SECRET), ["job/done/0/2"], 5, check=store)
+    assert not storewait.arrived(store, "job/done/0", 2)
+    assert storewait.peek(store, "job/done/0/2") is None  # its value reads as absent
+
+
+def test_multi_get_through_the_wrappers_unpads_and_checks() -> None:
+    port = free_port()
+    server = TCPStore("127.0.0.1", port, None, True, timedelta(seconds=30), wait_for_workers=False)
+    signed = _client(server, SECRET)
+    signed.set("a", "one")
+    signed.set("b", "two")
+    assert signed.multi_get(["a", "b"]) == [b"one", b"two"]
+    raw = TCPStore("127.0.0.1", port, None, False, timedelta(seconds=30))
+    assert PaddedStore(raw).multi_get(["a"])[0].startswith(b"~npu_migrate-hmac1:")
+    raw.set("c", pad("forged"))
+    with pytest.raises(authstore.UnauthenticatedValue):
+        signed.multi_get(["a", "c"])
