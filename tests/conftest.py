@@ -110,11 +110,12 @@ this project (torch.distributed.elastic's rendezvous and TCPStore's API under th
 job's signed store, torch.distributed itself). The torch 2.1 tier of .ci/run runs their slow tests
 too, beside the fast loop: ``-m "not long and (not slow or every_torch)"``."""
 
-MAIN_COMMAND_AREAS = ("launch/", "migrate/")
+MAIN_COMMAND_AREAS = ("launch/", "migrate/", "ops/", "libs/", "cuda_api/")
 """Test paths (under tests/) whose tests carry ``main_commands``: the project's main commands, the
-launcher and runtime migration with the ``ops`` audit (``launch``, ``launch --migrate``, ``run``,
-``ops``), what a user of a new torch line runs first. The torch 2.7.1 tier of .ci/run (the line of
-torch-npu 2.7.1, where most Ascend users are) runs their slow tests beside ``every_torch``'s:
+launcher and runtime migration (with the CUDA libraries' shims and the CUDA table it installs)
+with the ``ops`` audit (``launch``, ``launch --migrate``, ``run``, ``ops``), what a user of a new
+torch line runs first. The torch 2.7.1 tier of .ci/run (the line of torch-npu 2.7.1, where most
+Ascend users are) runs their slow tests beside ``every_torch``'s:
 ``-m "not long and (not slow or every_torch or main_commands)"``."""
 
 

@@ -1,1 +1,1 @@
-"""Tests of runtime migration (npu_migrate.migrate, libs, ops, exit); child scripts in scripts/."""
+"""Tests of runtime migration (npu_migrate.migrate, its libs hook, exit); child scripts in scripts/."""

@@ -7,7 +7,7 @@ Usage::
 
 Written from the operator's documentation in the released wheel (``torch_npu/_op_plugin_docs.py``,
 ``npu_fusion_attention``) and its meta registration (output shapes); the parameter list is compared with
-the wheel's declaration by tests/migrate/test_libs_fusion_reference.py. What it implements:
+the wheel's declaration by tests/libs/test_fusion_reference.py. What it implements:
 
 * ``attention = Dropout(Softmax(Mask(scale * (q @ k^T + pse), atten_mask)), keep_prob) @ v``;
 * layouts ``BSH``, ``SBH``, ``BSND``, ``BNSD`` and ``TND`` (``actual_seq_qlen``/``actual_seq_kvlen``:

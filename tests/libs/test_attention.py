@@ -6,7 +6,7 @@ Each case draws small random shapes from its seed and checks the output and the 
 heads, varlen batches, a bias, in float32, float16 and bfloat16. The NPU tier runs every case in one
 child process with tests/fake_npu first on the path, where the shims go through
 ``torch_npu.npu_fusion_attention`` (its reference, tests/fake_npu/torch_npu/_fusion_attention.py):
-``python tests/migrate/test_libs_attention.py OUT.json`` is that child.
+``python tests/libs/test_attention.py OUT.json`` is that child.
 
 Tolerances: float32 as torch.testing's defaults allow for a different summation order (rtol 1e-4,
 atol 1e-5); half precision as flash-attn's own tests compare kernels with a float32 reference
