@@ -1,6 +1,6 @@
 """The documents tell the truth: their commands parse, their tables are complete, their links resolve.
 
-What is checked, in README.md, docs/*.md and examples/README.md:
+What is checked, in README.md, CONTRIBUTING.md, docs/*.md and examples/README.md:
 
 * every command in a ```bash block that runs npu_migrate (``npu-migrate ...``,
   ``python -m npu_migrate ...``, ``python -m npu_migrate.launch ...``) names a real sub-command and
@@ -8,8 +8,9 @@ What is checked, in README.md, docs/*.md and examples/README.md:
   process from :func:`npu_migrate.cli.build_parser`, once each, and nothing is run;
 * every ``NPU_MIGRATE_*`` variable named in npu_migrate/ has a row in docs/architecture.md's table,
   and the table has no row for a variable the code no longer names;
-* every relative link in README.md and docs/*.md points to a file that exists, and a ``#fragment``
-  to one of its headings;
+* every relative link in README.md, CONTRIBUTING.md and docs/*.md points to a file that exists,
+  and a ``#fragment`` to one of its headings;
+* CONTRIBUTING.md's set-up commands are the README's two, as written there;
 * README.md stays a first page (at most 160 lines), and no user document cites an issue number,
   a seed file or one machine's absolute path.
 """
@@ -28,9 +29,10 @@ from npu_migrate import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
+CONTRIBUTING = ROOT / "CONTRIBUTING.md"
 DOCS = sorted((ROOT / "docs").glob("*.md"))
-USER_DOCUMENTS = [README, *DOCS, ROOT / "examples" / "README.md"]
-LINKED_DOCUMENTS = [README, *DOCS]
+USER_DOCUMENTS = [README, CONTRIBUTING, *DOCS, ROOT / "examples" / "README.md"]
+LINKED_DOCUMENTS = [README, CONTRIBUTING, *DOCS]
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 README_MAX_LINES = 160
 
@@ -245,6 +247,13 @@ def test_every_relative_link_resolves(document: Path) -> None:
 
 
 # --------------------------------------------------------------------------- first page and wording
+
+
+def test_contributing_sets_up_with_the_readmes_two_commands() -> None:
+    readme = README.read_text()
+    commands = BASH_BLOCK.search(readme, readme.index("<!-- ci:commands")).group(1)
+    assert BASH_BLOCK.search(CONTRIBUTING.read_text()).group(1) == commands, (
+        "CONTRIBUTING.md's first bash block must be the README's ci:commands block, as written there")
 
 
 def test_readme_is_a_first_page() -> None:
