@@ -62,7 +62,8 @@ FLOORS: dict[str, frozenset[str]] = {
     "compare": BASE | DEVICE | {"optim_steps"},  # recording (probe.py) and the torch-free readers
     "launch": BASE | DEVICE,           # the launcher: features plug into it, it imports none of them
     "migrate": BASE | DEVICE | {"libs", "launch", "compare"},  # runtime migration, `run` (--probe, whole lines)
-    "ops": BASE | DEVICE | {"releases", "migrate", "launch", "optim_steps"},           # the operator audit runs under migration
+    # the operator audit runs under migration; libs: the CUDA-only libraries' table (libs/table.py)
+    "ops": BASE | DEVICE | {"releases", "migrate", "launch", "optim_steps", "libs"},
     "internals": frozenset(),          # the inventory of private names: reads the others as text only
 }
 

@@ -30,7 +30,7 @@ import sys
 from types import ModuleType
 from typing import Any, Sequence
 
-from npu_migrate.libs import MODULES
+from npu_migrate.libs.table import MODULES
 from npu_migrate.migrate.environment import ENV_MIGRATE
 
 SERVED: dict[str, str] = MODULES  # module name -> npu_migrate module ("" = a package of submodules)

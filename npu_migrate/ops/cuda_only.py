@@ -8,7 +8,8 @@ Usage::
         run_the_script()
     watch.found                     # [Finding(name="flash_attn", site="train.py:3", advice="...", error="")]
 
-Only imports made by user code count (torch importing Triton for its own compiler does not). A
+Which libraries count, and the advice for each, is :mod:`npu_migrate.libs.table` (the advice
+``npu-migrate port`` gives too). Only imports made by user code count (torch importing Triton for its own compiler does not). A
 library that is not installed on the auditing machine is reported all the same: the import is the
 finding, and the ``ImportError`` that ends the script is kept with it.
 """
@@ -21,31 +22,24 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from npu_migrate.libs.table import LIBRARIES, SHIM_NOTE
 from npu_migrate.migrate import callers
 
 
-def _shim(module: str) -> str:
-    """`` npu-migrate run serves a shim`` where this toolkit has one (npu_migrate.libs), else ``""``."""
+def advice(name: str) -> str:
+    """The advice for one library of :data:`~npu_migrate.libs.table.LIBRARIES`, noting when
+    ``npu-migrate run`` serves it (:data:`~npu_migrate.libs.table.SHIM_NOTE`)."""
+    library = LIBRARIES[name]
+    return library.advice + (SHIM_NOTE if library.served and _findable(library.served) else "")
+
+
+def _findable(module: str) -> bool:
     try:
-        return " (npu-migrate run serves a shim)" if importlib.util.find_spec(module) is not None else ""
+        return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):
-        return ""
+        return False
 
 
-# What to do instead, per library whose kernels are CUDA-only (our advice, not a fact of a release).
-ADVICE: dict[str, tuple[str, str]] = {
-    "flash_attn": ("use torch.nn.functional.scaled_dot_product_attention, which torch_npu runs natively",
-                   "npu_migrate.libs.attention"),
-    "xformers": ("use torch.nn.functional.scaled_dot_product_attention instead of xformers.ops",
-                 "npu_migrate.libs.attention"),
-    "apex": ("use torch.amp (autocast, GradScaler), torch.nn.LayerNorm and torch.optim instead of apex's kernels",
-             "npu_migrate.libs.apex"),
-    "bitsandbytes": ("its quantised optimizers and layers have no NPU build: use torch.optim and full-precision "
-                     "layers", ""),
-    "deepspeed.ops": ("DeepSpeed's CUDA ops: build them for the NPU with DeepSpeed's npu accelerator, or use the "
-                      "torch.optim equivalents", ""),
-    "triton": ("Triton kernels are compiled for CUDA: write the kernel with torch operations", ""),
-}
 EXTENSION_ADVICE = "a CUDA extension built at run time: port its kernels or replace them with torch operations"
 
 
@@ -78,7 +72,7 @@ def _user_site() -> str | None:
 
 
 class Watch(importlib.abc.MetaPathFinder):
-    """Notes imports of :data:`ADVICE`'s libraries by user code, and run-time CUDA extension builds."""
+    """Notes imports of :data:`~npu_migrate.libs.table.LIBRARIES`' libraries by user code, and run-time CUDA extension builds."""
 
     def __init__(self) -> None:
         self.found: list[Finding] = []
@@ -86,12 +80,12 @@ class Watch(importlib.abc.MetaPathFinder):
         self._undo: list[Any] = []
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> None:
-        for name, (advice, shim) in ADVICE.items():
+        for name in LIBRARIES:
             if (fullname == name or fullname.startswith(name + ".")) and name not in self._seen:
                 site = _user_site()
                 if site is not None:
                     self._seen.add(name)
-                    self.found.append(Finding(name, site, advice + _shim(shim) if shim else advice))
+                    self.found.append(Finding(name, site, advice(name)))
         return None  # never serves the import: the finders after this one do
 
     def failed(self, exc: BaseException) -> None:

@@ -12,7 +12,8 @@ at, a matcher (in :mod:`npu_migrate.port.matchers`, by area), a one-line summary
 and the text triggers of the prefilter. What each ``torch.cuda`` API becomes is
 :mod:`npu_migrate.cuda_api`'s table; how each result is spelled per style is
 :mod:`npu_migrate.port.targets`. ``NM0xx`` rules rewrite (``NM02x`` port Ascend-only input);
-``NM1xx`` rules only report.
+``NM1xx`` rules only report. The fix of a CUDA-only library's rule is its advice in
+:mod:`npu_migrate.libs.table`, the text ``npu-migrate ops`` gives too.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Optional, Sequence
 import libcst as cst
 
 from npu_migrate.errors import UnknownRuleError
+from npu_migrate.libs.table import LIBRARIES
 from npu_migrate.port.context import Rule
 from npu_migrate.port.matchers import api, checkpoint, devices, distributed, libs, npu, ordinals, reports
 from npu_migrate.port.targets import STYLES, TARGETS  # noqa: F401 - re-exported for the CLI and tests
@@ -97,11 +99,11 @@ RULES: tuple[Rule, ...] = (
          "port the kernels to Ascend C / torch_npu op-plugin, or keep a pure-PyTorch fallback",
          _REF + (cst.SimpleString,), reports.match_cu_source, (r"cpp_extension", r"\.cuh?['\"]")),
     Rule("NM102", "apex", "NVIDIA apex parts NM032 does not port (apex.parallel, SyncBatchNorm, contrib...)",
-         "use torch.amp, torch.optim and torch.nn.SyncBatchNorm (or Ascend's apex fork)",
+         LIBRARIES["apex"].advice,
          _REF, reports.reference_matcher(("apex",), "{name} is NVIDIA apex, built for CUDA"), (r"apex",)),
-    Rule("NM103", "cupy", "CuPy arrays and kernels", "use torch tensors, or numpy on the host",
+    Rule("NM103", "cupy", "CuPy arrays and kernels", LIBRARIES["cupy"].advice,
          _REF, reports.reference_matcher(("cupy",), "{name} is CuPy, which runs on CUDA only"), (r"cupy",)),
-    Rule("NM104", "triton", "Triton kernels", "keep an eager PyTorch fallback; Triton-Ascend support is separate",
+    Rule("NM104", "triton", "Triton kernels", LIBRARIES["triton"].advice,
          _REF, reports.reference_matcher(("triton",), "{name}: Triton kernels are compiled for GPUs"), (r"triton",)),
     Rule("NM105", "nvtx", "`torch.cuda.nvtx` ranges", "use torch.profiler.record_function",
          _REF, reports.reference_matcher(("torch.cuda.nvtx",), "{name} marks ranges for NVIDIA profilers only"),

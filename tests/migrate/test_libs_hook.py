@@ -153,7 +153,7 @@ def test_uninstall_stops_serving() -> None:
 def test_every_served_module_has_an_implementation_with_public_names() -> None:
     import importlib
 
-    from npu_migrate.libs import MODULES
+    from npu_migrate.libs.table import MODULES
 
     for name, impl in MODULES.items():
         if impl:

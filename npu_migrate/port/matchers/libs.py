@@ -4,7 +4,7 @@ Usage::
 
     from npu_migrate.port.matchers.libs import match_flash_attn
 
-An import of a module that :data:`npu_migrate.libs.MODULES` serves is rewritten to the npu_migrate
+An import of a module that :data:`npu_migrate.libs.table.MODULES` serves is rewritten to the npu_migrate
 module with the same API, so every call keeps its arguments and meaning::
 
     from flash_attn import flash_attn_func          ->  from npu_migrate.libs.flash_attn import flash_attn_func
@@ -24,7 +24,7 @@ from typing import Optional
 
 import libcst as cst
 
-from npu_migrate.libs import MODULES
+from npu_migrate.libs.table import MODULES
 from npu_migrate.port.context import Context, Hit, NoEquivalent, dotted
 
 
