@@ -37,7 +37,7 @@ from npu_migrate.launch.torchrun import events as elastic_events, logs as logs_l
 from npu_migrate.launch.setup.config import LaunchConfig, Target
 from npu_migrate.launch.errors import say
 from npu_migrate.launch.procs.failure import Failure, exit_signal, order
-from npu_migrate.launch.hangs.hangwatch import HangWatch
+from npu_migrate.launch.hangs.watchdog import HangWatch
 from npu_migrate.launch.procs.output import Relay, log_path
 from npu_migrate.launch.signals import REAP_AFTER_KILL_S, STOP_GRACE_S, Signals
 from npu_migrate.launch.procs.worker import worker_main

@@ -18,7 +18,7 @@ SIGHUP within 5 s (exit 130/143/129):
 5. *tearing down*: every worker reaped, the fork server ended, the node rank given back, the run
    directory (:mod:`.rundir`) removed.
 
-While ranks run, the supervisor reads their flight records for hangs (:mod:`.hangwatch`,
+While ranks run, the supervisor reads their flight records for hangs (:mod:`.watchdog`,
 ``--hang-timeout``), serves SIGUSR1 with every rank's stack (:mod:`.stacks`), and at the end
 writes the JSON report (:mod:`.report`, ``--error-file``).
 
@@ -44,7 +44,7 @@ from npu_migrate.launch.setup.config import LaunchConfig, Target
 from npu_migrate.launch.errors import LaunchError, first_line, quiet_torch_elastic, say
 from npu_migrate.launch.procs.failure import Failure, exit_signal, explain
 from npu_migrate.launch.procs.forkserver import stop_fork_server
-from npu_migrate.launch.hangs.hangwatch import HangWatch
+from npu_migrate.launch.hangs.watchdog import HangWatch
 from npu_migrate.launch.procs.ranks import RankProcesses, Watched
 from npu_migrate.launch.nodes.records import Event, EventKind, FailureKind, JobEvent, WireEnum
 from npu_migrate.launch.signals import SIGNAL_GRACE_S, Interrupted, Signals
