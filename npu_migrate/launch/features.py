@@ -2,7 +2,7 @@
 
 Usage::
 
-    # in the unit that owns the feature (npu_migrate/migrate/launching.py, compare/, ops/)
+    # in the unit that owns the feature (npu_migrate/migrate/launch_feature.py, compare/, ops/)
     class Migration:
         def add_arguments(self, parser): parser.add_argument("--migrate", action="store_true", ...)
         def for_job(self, args):              # check the flags; None when this job does not use it
@@ -34,9 +34,9 @@ import os
 from typing import Callable, Protocol
 
 BUILT_IN: tuple[str, ...] = (
-    "npu_migrate.migrate.launching",   # --migrate, --migrate-report, --user-code
-    "npu_migrate.compare.launching",   # --probe DIR and its filters
-    "npu_migrate.ops.launching",       # --strict-ops; the summary of torch_npu's operator lines
+    "npu_migrate.migrate.launch_feature",   # --migrate, --migrate-report, --user-code
+    "npu_migrate.compare.launch_feature",   # --probe DIR and its filters
+    "npu_migrate.ops.launch_feature",       # --strict-ops; the summary of torch_npu's operator lines
 )
 """Modules whose ``FEATURE`` is a built-in launcher feature. Hooks run in this order before the
 job, and in the reverse order after it (the last one prepared finishes first)."""
