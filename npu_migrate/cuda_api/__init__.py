@@ -24,7 +24,7 @@ The same row says what runtime migration does with the name (:mod:`.row`): ``cpu
 implementation on the cpu target, ``runtime`` how it is reached where that is not the usual way,
 and ``cpu_kind`` with ``why`` where runtime migration's kind deliberately differs from the one
 the port kind implies. ``npu_migrate.migrate.patches.cuda_namespace`` and ``.streams`` build
-their patches from these rows; tests/migrate/test_cuda_table.py checks what they install
+their patches from these rows; tests/cuda_api/test_runtime.py checks what they install
 against them.
 
 The same API under Ascend's names (``torch.npu.X``, ``torch_npu.npu.X``) reads the same row:

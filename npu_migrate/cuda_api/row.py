@@ -12,7 +12,7 @@ Usage::
 The port columns (``kind``, ``op``, ``params``, ``note``) say what a rewrite writes; the runtime
 columns (``cpu``, ``cpu_note``, ``runtime``, ``cpu_kind``, ``why``, ``cuda_only``) say what runtime
 migration does with the same name. Each port kind implies a runtime kind (:data:`RUNTIME_KIND`); a row
-whose runtime kind differs says why (``why``), and tests/migrate/test_cuda_table.py fails on one
+whose runtime kind differs says why (``why``), and tests/cuda_api/test_runtime.py fails on one
 that does not. Nothing here imports torch.
 """
 

@@ -5,7 +5,7 @@ Usage::
     from npu_migrate.libs.npu_attention import fusion_attention   # called by attention() for npu tensors
 
 Every mapping, from torch_npu's own documentation of the operator (``torch_npu/_op_plugin_docs.py``
-in the wheel; the signature is checked against the released wheel by tests/migrate/test_libs_fusion_reference.py):
+in the wheel; the signature is checked against the released wheel by tests/libs/test_fusion_reference.py):
 
 * layout: flash-attn's ``[B, S, H, D]`` is ``input_layout="BSND"``; varlen ``[T, H, D]`` is ``"TND"``
   with ``actual_seq_qlen``/``actual_seq_kvlen`` = ``cu_seqlens[1:]`` (cumulative, without the leading 0);
