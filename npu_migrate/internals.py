@@ -170,14 +170,14 @@ INTERNALS: tuple[Internal, ...] = (
        "the fork server's pid, to end it at once after a job (module state of multiprocessing.forkserver)"),
     _I(("multiprocessing.forkserver._forkserver._forkserver_alive_fd",), "launch/procs/forkserver.py",
        "closed with the pid reset so that a second launch in the process starts a fresh fork server"),
-    _I(("atexit._run_exitfuncs",), ("launch/procs/forked_server.py", "launch/procs/worker.py"),
+    _I(("atexit._run_exitfuncs",), ("launch/procs/forkserver.py", "launch/procs/worker.py"),
        "the forked fork server runs its exit handlers (the workers' cleanup) before os._exit; each rank runs "
        "the script's (atexit, weakref.finalize) at its end as Python does, before multiprocessing's os._exit"),
     _I(("threading._shutdown",), "launch/procs/worker.py",
        "a rank ends as Python does: threading's exit hooks (concurrent.futures' executors) and non-daemon "
        "threads, then atexit; without the hooks first, an atexit handler waiting on inductor's compile pool "
        "hung a compiled script's ranks on torch 2.1"),
-    _I(("multiprocessing.resource_tracker._resource_tracker",), ("launch/procs/forked_server.py", "launch/procs/worker.py"),
+    _I(("multiprocessing.resource_tracker._resource_tracker",), ("launch/procs/forkserver.py", "launch/procs/worker.py"),
        "the launcher's resource tracker, forgotten in the forked fork server (its workers get the fd) and in "
        "each rank, which starts its own when it needs one, as a new interpreter does"),
     _I(("multiprocessing.resource_tracker._resource_tracker._fd",), "launch/procs/worker.py",
@@ -191,7 +191,7 @@ INTERNALS: tuple[Internal, ...] = (
        "parent_process(), its own authentication key and temporary directory)"),
     _I(("multiprocessing.process.AuthenticationString",), "launch/procs/worker.py",
        "the rank's new authentication key, of the type multiprocessing's MainProcess holds"),
-    _I(("sys._xoptions",), "launch/procs/forked_server.py",
+    _I(("sys._xoptions",), "launch/procs/forkserver.py",
        "-X faulthandler: the forked fork server keeps the fault handler only where a new one would"),
     _I("multiprocessing.process.BaseProcess._bootstrap", "migrate/patches/processes.py",
        "runtime migration starts in every multiprocessing child (mp.spawn workers) around its target"),

@@ -13,7 +13,7 @@ launcher started from the command line with the secret in its environment runs i
 line again in the same process (``execve``, same PID), with the secret on a pipe named by
 :data:`FD_ENV` (none with ``--secret-file``, which the command reads again) and the rest of the
 environment it started with: the secret is then in no process's environment, and the launcher can
-fork its fork server from itself (one ``import torch`` per node, :mod:`.forked_server`) instead
+fork its fork server from itself (one ``import torch`` per node, :mod:`.forkserver`) instead
 of starting it as a new interpreter. ``spawn()`` callers and Pythons before 3.10 (no
 ``sys.orig_argv``) keep the secret in their environment.
 """

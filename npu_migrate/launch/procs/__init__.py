@@ -2,7 +2,7 @@
 
 * :mod:`.supervisor`: the job's phases, restarts and failure reports; :mod:`.ranks`: this node's
   workers of one attempt; :mod:`.worker`: the bootstrap in each worker;
-* :mod:`.forkserver` (with :mod:`.forked_server`): the fork server that has torch imported;
+* :mod:`.forkserver`: the fork server that has torch imported, forked from the launcher where it can be;
 * :mod:`.output`: the ranks' output relay; :mod:`.rundir`: the run directory;
 * :mod:`.failure`: a rank's failure as reported; :mod:`.report`: the ``--error-file`` JSON;
 * :mod:`.preflight`: ``--preflight``; :mod:`.cpplog`: torch's C++ log level.

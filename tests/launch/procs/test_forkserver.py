@@ -90,18 +90,18 @@ def test_ranks_keep_the_users_cpp_log_level_and_the_launcher_stays_quiet(tmp_pat
 def test_only_multiprocessing_s_own_fork_server_command_is_run_in_the_fork() -> None:
     """The forked child runs ``main`` with the literals multiprocessing wrote (Python 3.9 to 3.14's
     forms); anything else is never executed, and multiprocessing starts its new interpreter."""
-    from npu_migrate.launch.procs import forked_server
+    from npu_migrate.launch.procs import forkserver
 
     head = "from multiprocessing.forkserver import main; "
-    assert forked_server._server_call(["python", "-B", "-c", head + "main(3, 5, ['npu_migrate._preload'], **{})"]) == (
+    assert forkserver._server_call(["python", "-B", "-c", head + "main(3, 5, ['npu_migrate._preload'], **{})"]) == (
         [3, 5, ["npu_migrate._preload"]], {})
-    assert forked_server._server_call(
+    assert forkserver._server_call(
         ["python", "-c", head + "main(3, 5, ['m'], **{'sys_path': ['/a'], 'authkey_r': 7})"]) == (
         [3, 5, ["m"]], {"sys_path": ["/a"], "authkey_r": 7})
     for command in (head + "main(__import__('os').system('true'))", "from os import main; main(1)",
                     "import os; os.system('true')", head + "main(1); main(2)", head + "main(*[1])", "main(1"):
-        with pytest.raises(forked_server._Unreadable):
-            forked_server._server_call(["python", "-c", command])
+        with pytest.raises(forkserver._Unreadable):
+            forkserver._server_call(["python", "-c", command])
 
 
 FEATURE_JOB = """
