@@ -86,8 +86,8 @@ TORCH_FREE_AT_IMPORT = (
     "npu_migrate/migrate/callers.py",
     # torch after the fork server
     "npu_migrate/launch/__init__.py", "npu_migrate/launch/cli.py", "npu_migrate/launch/setup/config.py",
-    "npu_migrate/launch/procs/supervisor.py", "npu_migrate/launch/nodes/rendezvous.py", "npu_migrate/launch/nodes/stores.py",
-    "npu_migrate/launch/nodes/membership.py", "npu_migrate/launch/nodes/storewait.py", "npu_migrate/launch/nodes/jobstore.py",
+    "npu_migrate/launch/procs/supervisor.py", "npu_migrate/launch/nodes/servers.py",
+    "npu_migrate/launch/nodes/membership.py", "npu_migrate/launch/nodes/store.py",
     "npu_migrate/launch/api.py",
 )
 # The torch-free tools: no torch anywhere, except the functions named (which the tests call).

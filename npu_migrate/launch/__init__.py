@@ -28,7 +28,7 @@ At the top: :mod:`.cli` (the flags, ``run`` and ``main``), :mod:`.api` (:func:`s
 :mod:`.features` (what plugs into the launcher), :mod:`.signals` (SIGINT/SIGTERM in every phase),
 :mod:`.hints` (what a signal or a known backend error means), :mod:`.errors` (exceptions and
 one-line messages). A job, in order: ``cli`` -> ``setup.options`` -> ``setup.config`` ->
-``procs.supervisor`` (-> ``nodes.rendezvous`` on several nodes) -> ``procs.ranks`` ->
+``procs.supervisor`` (-> ``nodes.membership`` on several nodes) -> ``procs.ranks`` ->
 ``procs.worker`` in each rank -> the user's script -> ``procs.failure`` / ``procs.report``.
 
 Importing this package does not import torch: the launcher starts its fork server first.

@@ -27,7 +27,7 @@ from typing import Any
 from npu_migrate import autoload
 from npu_migrate.argparsing import OneLineParser, run_command
 from npu_migrate.launch import features
-from npu_migrate.launch.nodes import authstore, secret
+from npu_migrate.launch.nodes import secret
 from npu_migrate.launch.procs import forkserver
 from npu_migrate.launch.setup import ports
 from npu_migrate.launch.torchrun import rdzv as rdzv_flags
@@ -251,7 +251,7 @@ def _run(args: argparse.Namespace) -> int:
     if os.environ.get(secret.SECRET_ENV) and not args.dry_run and getattr(args, "command_line", False):
         # Out of this process's own environment too (what `ps e` shows): returns where it cannot.
         secret.run_again_without(None if args.secret_file else job_secret, forkserver.initial_environ())
-    authstore.use_secret(job_secret)
+    secret.use_secret(job_secret)
     os.environ.pop(secret.SECRET_ENV, None)
     os.environ.pop(secret.FD_ENV, None)
     options = LaunchOptions.from_args(args)

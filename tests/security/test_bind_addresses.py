@@ -132,14 +132,14 @@ def test_a_two_host_job_listens_on_each_hosts_job_address(tmp_path: Path) -> Non
 
 def test_an_address_routed_here_binds_the_interface_that_reaches_it() -> None:
     """An AscendJob's MASTER_ADDR is a Service IP: not this host's, but forwarded to it."""
-    from npu_migrate.launch.nodes import stores
+    from npu_migrate.launch.nodes import servers
     from npu_migrate.launch.setup import cluster
 
     remote = "198.51.100.7"  # TEST-NET-2: never this host's; only the routing table is asked
     way = cluster.interface_for(remote)
     if way is None:
         pytest.skip("this host has no route to a documentation address")
-    sock = stores.bind(remote, 0)
+    sock = servers.bind(remote, 0)
     try:
         assert sock.getsockname()[0] == way[1]
         assert sock.getsockname()[0] not in ("0.0.0.0", "::")

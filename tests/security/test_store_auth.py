@@ -8,8 +8,7 @@ from datetime import timedelta
 import pytest
 import torch.distributed as dist
 
-from npu_migrate.launch.nodes.authstore import AuthStore, UnauthenticatedValue, sign, verify
-from npu_migrate.launch.nodes.padded_store import PaddedStore, pad
+from npu_migrate.launch.nodes.values import AuthStore, PaddedStore, UnauthenticatedValue, pad, sign, verify
 
 SECRET = b"k" * 32
 

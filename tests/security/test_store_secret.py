@@ -25,7 +25,7 @@ import torch.distributed as dist
 from conftest import ROOT, child_env, free_port, run_cli
 from support import JOB, Launch, one_line_errors, wait_for_files, wait_for_text, wait_until
 
-from npu_migrate.launch.nodes.padded_store import pad, unpad
+from npu_migrate.launch.nodes.values import pad, unpad
 
 SECRET = "s3cr3t-for-the-test-" + "x" * 20
 REFUSED = "refused a value under "
@@ -201,18 +201,18 @@ def test_a_secret_on_a_descriptor_is_read_once_and_bad_ones_are_named(tmp_path: 
     with pytest.raises(LaunchUsageError, match=rf"^--secret-file and {FD_ENV} both give the job secret: use one"):
         load_secret(str(tmp_path / "secret"), environ={FD_ENV: "3"})
     # A spawn() caller's descriptor is read at its first job, and the secret kept for the next ones.
-    from npu_migrate.launch.nodes import authstore
+    from npu_migrate.launch.nodes.secret import job_secret, use_secret
 
     reader, writer = os.pipe()
     os.write(writer, SECRET.encode())
     os.close(writer)
     os.environ[FD_ENV] = str(reader)
     try:
-        assert [authstore.job_secret(), authstore.job_secret()] == [SECRET.encode()] * 2
+        assert [job_secret(), job_secret()] == [SECRET.encode()] * 2
         assert FD_ENV not in os.environ
     finally:
         os.environ.pop(FD_ENV, None)
-        authstore.use_secret(None)
+        use_secret(None)
     result = run_cli("launch", "--dry-run", "--device-num", "1", str(JOB), env=child_env(**{FD_ENV: "99"}))
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert result.stderr.strip().endswith(f"error: {FD_ENV}=99 cannot be read (Bad file descriptor): expected an "

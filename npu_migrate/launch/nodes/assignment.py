@@ -41,9 +41,9 @@ import socket
 from dataclasses import replace
 from typing import Any, Callable
 
-from npu_migrate.launch.nodes import storewait, timing
+from npu_migrate.launch.nodes import timing
 from npu_migrate.launch.errors import LaunchError
-from npu_migrate.launch.nodes.jobstore import JobStore
+from npu_migrate.launch.nodes.store import JobStore, arrival_key, peek
 from npu_migrate.launch.nodes.records import as_record
 
 logger = logging.getLogger(__name__)
@@ -99,7 +99,7 @@ def _node_rank(js: JobStore, take: Callable[[int], Any]) -> tuple[int, int]:
 def _arrive(store: Any, key: str, record: str) -> int:
     """Count this node's arrival at ``key``; ``<key>/<n>`` holds its record."""
     n = int(store.add(key, 1))
-    store.set(storewait.arrival_key(key, n), record)
+    store.set(arrival_key(key, n), record)
     return n
 
 
@@ -122,20 +122,20 @@ def _close(js: JobStore) -> int:
     high = cfg.nnodes
     low = cfg.rdzv.min_nodes or high
     key = js.key(ARRIVALS)
-    if low > 1 and not js.await_keys([storewait.arrival_key(key, low - 1)], "rendezvous", cfg.join_timeout):
+    if low > 1 and not js.await_keys([arrival_key(key, low - 1)], "rendezvous", cfg.join_timeout):
         came = 1 + _count(js, key)
         raise LaunchError(
             f"only {came} of the job's {low} node(s) reached the rendezvous within {cfg.join_timeout:g} s "
             f"(--join-timeout): start the launcher on every node with --rdzv-endpoint {cfg.addr}:{cfg.port}.")
     if high > low:  # elastic: the last call for more nodes, up to MAX
-        js.await_keys([storewait.arrival_key(key, high - 1)], "rendezvous", cfg.rdzv.last_call_timeout)
+        js.await_keys([arrival_key(key, high - 1)], "rendezvous", cfg.rdzv.last_call_timeout)
     count = min(_count(js, key), high - 1)
-    names = [storewait.arrival_key(key, n) for n in range(1, count + 1)]
+    names = [arrival_key(key, n) for n in range(1, count + 1)]
     # Each node sets its record right after it was counted: only a node that died just then is missing.
     js.await_keys(names, "rendezvous", timing.STORE_ANSWER_S)
     records = []
     for name in names:
-        value = js.call(lambda: storewait.peek(js.store, name), "rendezvous")
+        value = js.call(lambda: peek(js.store, name), "rendezvous")
         record = as_record(value) if value else {}
         if isinstance(record.get("owner"), str) and isinstance(record.get("pid"), int):
             records.append(record)

@@ -1,8 +1,8 @@
 """The board: what the launchers of a running job tell each other through node 0's store.
 
-Usage (by :mod:`.rendezvous` and the supervisor)::
+Usage (by :mod:`.membership` and the supervisor)::
 
-    board = Board(js)                 # js: this launcher's JobStore (:mod:`.jobstore`)
+    board = Board(cfg, signals)       # board.js: this launcher's JobStore (:mod:`.store`), which it listens to
     board.start()                     # the heartbeat thread: beats, reads abort / fail, answers pings
     board.set_round(gen, members)     # after each round (:mod:`.membership`)
     event = board.event()             # None, or Event(EventKind.FAILED / ABORT / LOST, ...)
@@ -39,7 +39,7 @@ the ping's in :mod:`.liveness`):
                       (:func:`.timing.linger_window` at most) until the others read why the job ends.
 ===================== ====================================================================
 
-An *arrival* at ``K`` (:func:`.storewait.arrive`) adds 1 to the counter ``K`` and sets ``K/<n>``
+An *arrival* at ``K`` (:func:`.store.arrive`) adds 1 to the counter ``K`` and sets ``K/<n>``
 for its number n: a waiter blocks in ``store.wait([K/<n>])`` instead of reading the counter in
 a loop.
 
@@ -56,10 +56,12 @@ import threading
 import time
 from typing import Any
 
-from npu_migrate.launch.nodes import storewait, timing
+from npu_migrate.launch.nodes import timing
 from npu_migrate.launch.errors import first_line
+from npu_migrate.launch.setup.config import LaunchConfig
+from npu_migrate.launch.signals import Signals
 from npu_migrate.launch.procs.failure import order
-from npu_migrate.launch.nodes.jobstore import JobStore
+from npu_migrate.launch.nodes.store import JobStore, arrival_key, arrive, arrived, peek
 from npu_migrate.launch.nodes.liveness import Liveness, answer_pings, ask, failure_text, lost_record, named_in
 from npu_migrate.launch.nodes.records import (
     FIELD_LIMIT,
@@ -71,7 +73,6 @@ from npu_migrate.launch.nodes.records import (
     Round,
     as_record,
 )
-from npu_migrate.launch.nodes.storewait import peek
 from npu_migrate.textsafe import printable
 
 logger = logging.getLogger(__name__)
@@ -87,8 +88,8 @@ class Board:
     reads it through :meth:`event` and tells the others through the ``publish``/``abort`` calls.
     """
 
-    def __init__(self, js: JobStore) -> None:
-        self.js = js
+    def __init__(self, cfg: LaunchConfig, signals: Signals) -> None:
+        self.js = JobStore(cfg, signals, self)  # its calls: interrupted by this board's events, errors explained
         self.generation = 0
         self.interval = timing.heartbeat_interval(self.cfg.node_timeout)
         self.claimed = False  # this launcher holds its node rank: it counts as one of the job's nodes
@@ -112,8 +113,6 @@ class Board:
         self._seen_sent: set[str] = set()
         self._lost: set[int] = set()  # node ranks this launcher published as lost
         self._told: tuple[str, float] | None = None  # (seen key, when) of the job's end, published or read
-        js.events = self.raise_event
-        js.explain = self._explain_error
 
     @property
     def cfg(self) -> Any:
@@ -176,7 +175,7 @@ class Board:
         if event is not None:
             raise JobEvent(event)
 
-    def _explain_error(self) -> None:
+    def explain_error(self) -> None:
         """After a store error: wait a few heartbeats for the board to say why; raise its event if it does.
 
         The board's state changes only at a heartbeat, so this waits beat by beat (woken by each)
@@ -237,7 +236,7 @@ class Board:
                 for seen, value in (("seen/abort", abort), (f"seen/{gen}", fail)):
                     if value and seen not in self._seen_sent and self.cfg.node_rank != 0 and self.claimed:
                         self._seen_sent.add(seen)
-                        storewait.arrive(store, js.key(seen))
+                        arrive(store, js.key(seen))
                 now = time.monotonic()
                 with self._lock:
                     self._last_ok = now
@@ -282,12 +281,12 @@ class Board:
     def ack_hang(self, hang_id: int) -> None:
         """This node printed its stacks for hang ``hang_id``."""
         key = self.js.key(f"hang_ack/{self.generation}/{hang_id}")
-        self.js.quietly(lambda: storewait.arrive(self.js.store, key))
+        self.js.quietly(lambda: arrive(self.js.store, key))
 
     def wait_hang_acks(self, hang_id: int) -> None:
         """Node 0: wait (blocking, :data:`.timing.HANG_ACK_WAIT_S` at most) until the other nodes printed their stacks."""
         key = self.js.key(f"hang_ack/{self.generation}/{hang_id}")
-        last = storewait.arrival_key(key, self.cfg.nnodes - 1)
+        last = arrival_key(key, self.cfg.nnodes - 1)
         self.js.quietly(lambda: self.js.wait_keys([last], timing.HANG_ACK_WAIT_S), timing.HANG_ACK_WAIT_S + 1)
 
     # -- failures
@@ -384,14 +383,14 @@ class Board:
         """
         js, nnodes = self.js, self.cfg.nnodes
         done, acked = js.key(f"done/{self.generation}"), js.key(f"acked/{self.generation}")
-        js.call(lambda: storewait.arrive(js.store, done), "finish")
-        js.await_keys([storewait.arrival_key(done, nnodes)], "finish")
-        if not js.call(lambda: storewait.arrived(js.store, done, nnodes), "finish"):
+        js.call(lambda: arrive(js.store, done), "finish")
+        js.await_keys([arrival_key(done, nnodes)], "finish")
+        if not js.call(lambda: arrived(js.store, done, nnodes), "finish"):
             raise RuntimeError(f"{done}/{nnodes} was set, but fewer nodes arrived: not by a launcher of this job")
-        js.call(lambda: storewait.arrive(js.store, acked), "finish")
+        js.call(lambda: arrive(js.store, acked), "finish")
         self.finished = True
         if self.cfg.node_rank == 0:  # keep serving until every node has read the result
-            last = storewait.arrival_key(acked, nnodes)
+            last = arrival_key(acked, nnodes)
             js.quietly(lambda: js.wait_keys([last], timing.ACK_WAIT_S), timing.ACK_WAIT_S + 1)
 
     def linger(self) -> None:
@@ -407,7 +406,7 @@ class Board:
         deadline = since + timing.linger_window(self.cfg.node_timeout)
         others = self.cfg.nnodes - 1 - len(self._lost - {0})
         if others > 0:
-            last = storewait.arrival_key(self.js.key(key), others)
+            last = arrival_key(self.js.key(key), others)
             left = max(0.0, deadline - time.monotonic())
             self.js.quietly(lambda: self.js.wait_keys([last], left), left)
         logger.info("served the store until %s nodes read %s (or for %.1f s)", others, key, deadline - since)

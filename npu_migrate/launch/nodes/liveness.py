@@ -32,8 +32,8 @@ from datetime import timedelta
 from enum import Enum
 from typing import Any, Callable
 
-from npu_migrate.launch.nodes.padded_store import PaddedStore
-from npu_migrate.launch.nodes.storewait import peek
+from npu_migrate.launch.nodes.store import peek
+from npu_migrate.launch.nodes.values import PaddedStore
 
 
 class Liveness(Enum):

@@ -1,18 +1,27 @@
 """Multi-node membership: who is in the job, over torch.distributed.elastic's dynamic rendezvous.
 
-Usage (by :mod:`.rendezvous`)::
+Usage (by the supervisor; one object per launcher)::
 
-    member = Membership(js, board)   # js: the JobStore (:mod:`.jobstore`), board: the Board (:mod:`.board`)
-    member.connect()                 # reach node 0's store, check the job token and flags, claim the node rank
-    rnd = member.join()              # every node is in: generation, node ranks and hosts
-    member.close()                   # stop torch's keep-alive, give the node rank back
+    member = Membership(cfg, signals)  # its board (:mod:`.board`) and the board's JobStore (:mod:`.store`)
+    member.connect()                   # reach node 0's store, check the job token and flags, claim the node rank
+    rnd = member.join()                # every node is in: generation, node ranks and hosts
+    ...                                # start the workers; poll member.board.event() while they run
+    member.board.finish()              # every node's ranks are done
+    member.close()                     # node 0 serves until the others read why; the node rank given back
+
+**Ownership.** A launcher's membership is the one object the supervisor holds for the control
+plane: it makes the board (which makes, and listens to, the store connections), starts the
+board's heartbeat once the job token is checked, and at the end lets node 0 serve until the others
+read why the job ended, stops the heartbeat and gives the node rank back. Node 0 holds the store:
+if node 0 is lost, the other nodes end the job even with ``--max-restarts`` (a new node 0 would
+serve an empty store that the survivors do not know).
 
 **Engine.** Membership is torch's :class:`DynamicRendezvousHandler` over the c10d backend
 (``C10dRendezvousBackend``) on node 0's launcher store, with ``min_nodes = max_nodes = --nnodes``
 and ``run_id`` = the job token; its keep-alive drops a participant that stops beating after
 ``--node-timeout``, so a replacement can join the next round. The handler numbers nodes its own
 way; the job's ranks stay ``node_rank x nproc + local_rank``: after each round every node
-publishes its ``--node-rank`` (torch's ``synchronize``, :mod:`.storewait`), and the round is
+publishes its ``--node-rank`` (torch's ``synchronize``, :mod:`.store`), and the round is
 accepted when the ranks are exactly ``0..nnodes-1``.
 
 **Keys** (under ``npu_migrate/<job id>/`` in node 0's store, except the first):
@@ -45,10 +54,10 @@ in one line. While the job is forming (``running`` is empty) the refusal also ab
 every node, which each say why; a running job stays and only the newcomer is refused.
 
 The token is a namespace, not a secret. Node 0 serves the store on ``--addr`` only
-(:mod:`.stores`), but anyone who reaches ``--port + 1`` can read and write every key there, as
+(:mod:`.servers`), but anyone who reaches ``--port + 1`` can read and write every key there, as
 with torchrun's c10d rendezvous: torch's rendezvous state is a pickle, so that is code execution
 in every launcher. With a job secret (``NPU_MIGRATE_JOB_SECRET`` or ``--secret-file``, the same
-on every node) every value is signed and checked before it is used (:mod:`.authstore`); a node
+on every node) every value is signed and checked before it is used (:mod:`.values`); a node
 with another secret, or none, is refused in one line.
 """
 
@@ -63,16 +72,16 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
-from npu_migrate.launch.nodes import assignment, authstore, secret, storewait, timing
+from npu_migrate.launch.nodes import assignment, secret, timing, values
 
 from npu_migrate.launch.setup import software
 from npu_migrate.launch.nodes.board import Board
 from npu_migrate.launch.errors import LaunchError, first_line
-from npu_migrate.launch.nodes.jobstore import JobStore
+from npu_migrate.launch.nodes.store import JobStore, peek, synchronize
 from npu_migrate.launch.nodes.liveness import Liveness, answer_pings, ask
 from npu_migrate.launch.nodes.records import FIELD_LIMIT, JobEvent, Member, Round, as_record
-from npu_migrate.launch.signals import Interrupted
-from npu_migrate.launch.nodes.storewait import peek
+from npu_migrate.launch.setup.config import LaunchConfig
+from npu_migrate.launch.signals import Interrupted, Signals
 from npu_migrate.textsafe import printable
 
 logger = logging.getLogger(__name__)
@@ -83,21 +92,26 @@ JOB_KEY = "npu_migrate/job"
 class Membership:
     """This launcher's membership in a multi-node job (see the module docstring)."""
 
-    def __init__(self, js: JobStore, board: Board) -> None:
-        self.js = js
-        self.board = board
+    def __init__(self, cfg: LaunchConfig, signals: Signals) -> None:
+        self.board = Board(cfg, signals)
+        self.js: JobStore = self.board.js
         self._handler: Any = None
         self._token_read = False
 
     @property
-    def cfg(self) -> Any:
-        """This node's config (:attr:`.JobStore.cfg`: the node rank is filled in at the rendezvous)."""
+    def cfg(self) -> LaunchConfig:
+        """This node's config (:attr:`.JobStore.cfg`: with node ranks from the rendezvous, the node rank
+        is known after :meth:`connect`)."""
         return self.js.cfg
 
     # -- phase 1: connect, check the token, claim the node rank
 
     def connect(self) -> None:
         """Reach node 0's store (or serve it), check the job token and flags, claim the node rank.
+
+        With a node rank from the rendezvous, this node's earlier logs are refused then (the
+        ``--log-dir`` files of that node rank), and the job is aborted: the others would wait for
+        this node in the round.
 
         Raises:
             LaunchError: node 0 unreachable or gone, another job there, or this node rank taken.
@@ -123,6 +137,13 @@ class Membership:
                 f"({first_line(exc, 120)}): the job ended there, or node 0 failed. Start the job again "
                 "on every node."
             ) from None
+        cfg = self.cfg
+        if cfg.rdzv.assign:
+            try:
+                cfg.output.check(cfg.nproc, cfg.log_dir, cfg.node_rank)
+            except LaunchError as exc:  # the others would wait for this node in the round: end the job
+                self.board.abort(f"node {cfg.node_rank} ({self.js.host}): {exc}")
+                raise
 
     def _enter(self) -> None:
         """Check the token and flags, start the heartbeat and claim the node rank (:meth:`connect`)."""
@@ -156,12 +177,12 @@ class Membership:
             return None
         where = f"node 0's launcher at {js.where}"
         fix = f"set {secret.SECRET_ENV} (or --secret-file) to the same value on every node, or on none."
-        signed = authstore.is_signed(raw.encode())
+        signed = values.is_signed(raw.encode())
         if js.secret is None:
             return f"{where} uses a job secret and this node has none: {fix}" if signed else None
         if not signed:
             return f"{where} has no job secret but this node has one: {fix}"
-        if authstore.verify(js.secret, JOB_KEY, raw.encode()) is None:
+        if values.verify(js.secret, JOB_KEY, raw.encode()) is None:
             return f"{where} uses another job secret than this node: {fix}"
         return None
 
@@ -323,7 +344,7 @@ class Membership:
                 store, hrank, hworld = js.call(self._next_round, "rendezvous")
                 gen = js.call(lambda: js.peek("gen"), "generation")
                 board.generation = max(board.generation, int(gen or 0))
-                members = js.call(lambda: self._exchange(authstore.wrap(store, js.secret), hrank, hworld), "members")
+                members = js.call(lambda: self._exchange(values.wrap(store, js.secret), hrank, hworld), "members")
             except (JobEvent, LaunchError, Interrupted):
                 raise
             except Exception as exc:  # noqa: BLE001 - RendezvousError and store errors from torch
@@ -359,7 +380,7 @@ class Membership:
         client = js.client(cfg.node_timeout)
         prefix = js.key(f"round/{printable(round_id, 64)}/member/")
         try:
-            found = storewait.synchronize(client, json.dumps(record).encode(), hrank, hworld, prefix, cfg.node_timeout)
+            found = synchronize(client, json.dumps(record).encode(), hrank, hworld, prefix, cfg.node_timeout)
         except Exception as exc:  # noqa: BLE001 - torch's store error: a node never reported, or the store is gone
             logger.debug("member exchange: %s", exc)
             js.peek("gen")  # raises if the store is gone; else a node of the round did not report
@@ -380,8 +401,11 @@ class Membership:
     # -- the end
 
     def close(self) -> None:
-        """Stop torch's keep-alive and give this node rank back (a relaunch on this host may claim it)."""
+        """Node 0 serves until the others read why the job ended; stop the heartbeat and torch's
+        keep-alive; give this node rank back (a relaunch on this host may claim it)."""
         js = self.js
+        self.board.linger()
+        self.board.stop()
         if self._handler is not None:
             # Stop torch's keep-alive timer here, from this thread: were the handler freed while
             # the timer's own thread runs, its finalizer would join that thread from itself and

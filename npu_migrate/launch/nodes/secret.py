@@ -1,8 +1,10 @@
-"""Where the launcher's job secret comes from, and how it stays out of every process's environment.
+"""Where the launcher's job secret comes from, which one it uses, and how it stays out of every environment.
 
 Usage (by :mod:`.cli`, before anything starts)::
 
     job = secret.load_secret(args.secret_file)   # --secret-file, else NPU_MIGRATE_JOB_SECRET_FD, else ..._SECRET
+    secret.use_secret(job)                       # this launcher's job secret, for every job it runs
+    secret.job_secret()                          # (.store) the chosen one, else the environment's
     secret.run_again_without(job, initial)       # a secret in the environment: exec this command again
                                                  # without it, the secret on a pipe (returns where it cannot)
 
@@ -34,6 +36,23 @@ MIN_SECRET_BYTES = 16
 """Shorter secrets are refused: a guessable secret protects nothing (``openssl rand -hex 32``)."""
 _PIPE_BYTES = 65536
 """What a pipe holds before a write blocks (Linux's default): a longer secret is not sent through one."""
+
+_chosen: bytes | None = None
+
+
+def use_secret(secret: bytes | None) -> None:
+    """Make ``secret`` this launcher's job secret (the command line calls it once, before anything starts)."""
+    global _chosen
+    _chosen = secret
+
+
+def job_secret() -> bytes | None:
+    """The secret :func:`use_secret` chose, else the environment's (for ``spawn()``): a descriptor
+    in :data:`FD_ENV` is read once, and its secret kept for the next jobs."""
+    if _chosen is None and os.environ.get(FD_ENV):
+        use_secret(load_secret())
+        os.environ.pop(FD_ENV, None)
+    return _chosen if _chosen is not None else load_secret()
 
 
 def _check_file(path: str) -> bytes:

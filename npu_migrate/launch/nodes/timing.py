@@ -7,7 +7,7 @@ Usage::
     interval = timing.heartbeat_interval(cfg.node_timeout)   # seconds between two heartbeats
     store.set_timeout(timedelta(seconds=timing.store_call_timeout(cfg.node_timeout)))
 
-The windows are grouped by who uses them: the store connections (:mod:`.jobstore`), membership
+The windows are grouped by who uses them: the store connections (:mod:`.store`), membership
 (:mod:`.membership`), the board (:mod:`.board`) and the supervisor's watch loop
 (:mod:`.supervisor`). Windows that follow ``--node-timeout`` are functions of it; the rest are
 constants. Nothing here is a synchronisation by sleeping: each is the longest a launcher waits

@@ -4,7 +4,7 @@ Usage::
 
     cpplog.default_for_later()      # fork server started as a new interpreter: ERROR once torch loads here
     cpplog.quiet_loaded()           # fork server forked from here, torch loaded: ERROR here and for children
-    cpplog.quiet_launcher()         # (.jobstore) c10's level FATAL in this process before store clients connect
+    cpplog.quiet_launcher()         # (.store) c10's level FATAL in this process before store clients connect
     with cpplog.kept(): ...         # (.api) the caller's process gets its variable and level back afterwards
 
 A TCPStore client that cannot reach node 0 (nothing listens yet, a firewall, another torch

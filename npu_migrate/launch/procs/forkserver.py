@@ -302,8 +302,6 @@ def _drop_what_a_new_interpreter_lacks(keep: set[int], arm_exit: Callable[[], No
     import faulthandler
     from multiprocessing import resource_tracker
 
-    from npu_migrate.launch.nodes import authstore
-
     for signum in signal.valid_signals():
         try:
             handler = signal.getsignal(signum)
@@ -314,7 +312,7 @@ def _drop_what_a_new_interpreter_lacks(keep: set[int], arm_exit: Callable[[], No
     signal.set_wakeup_fd(-1)
     if not (os.environ.get("PYTHONFAULTHANDLER") or "faulthandler" in getattr(sys, "_xoptions", {})):
         faulthandler.disable()
-    authstore.use_secret(None)  # read before the fork; the fork server and workers never held it
+    secret.use_secret(None)  # read before the fork; the fork server and workers never held it
     tracker = getattr(resource_tracker, "_resource_tracker", None)
     for attr in ("_fd", "_pid"):  # the launcher's tracker; the workers get theirs from the launcher
         if hasattr(tracker, attr):

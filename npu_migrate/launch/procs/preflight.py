@@ -85,7 +85,7 @@ def preflight_main(local_rank: int, cfg: LaunchConfig, run_dir: str, timeout: fl
 
 def _missing(store: Any, world: int) -> list[int] | None:
     """Ranks that never wrote their key (None if the store cannot be read)."""
-    from npu_migrate.launch.nodes.storewait import peek as _peek
+    from npu_migrate.launch.nodes.store import peek as _peek
 
     try:
         return [r for r in range(world) if _peek(store, f"npu_migrate/preflight/{r}") is None]

@@ -7,7 +7,7 @@ Usage::
 One job, in phases (:class:`Phase`, one method of :class:`Job` each), each answering SIGINT/SIGTERM/
 SIGHUP within 5 s (exit 130/143/129):
 
-1. *connecting* to node 0 and *waiting for nodes* (multi-node only, :mod:`.rendezvous`);
+1. *connecting* to node 0 and *waiting for nodes* (multi-node only, :mod:`.membership`);
 2. *checking the backend* with ``--preflight`` (:mod:`.preflight`);
 3. *running*: workers forked from the fork server (:mod:`.forkserver`, :mod:`.worker`); the
    first rank that fails, or a failure or lost node reported by the board (:mod:`.board`),
@@ -37,7 +37,7 @@ from typing import Any
 
 from npu_migrate.errors import NpuMigrateError
 from npu_migrate.launch import hints
-from npu_migrate.launch.nodes import stores
+from npu_migrate.launch.nodes import servers
 from npu_migrate.launch.procs import report, rundir
 from npu_migrate.launch.setup import ports
 from npu_migrate.launch.setup.config import LaunchConfig, Target
@@ -95,16 +95,16 @@ class Job(RankProcesses):
         self.target = target
         self.start_method = start_method
         self.signals = Signals(cfg.torchrun.stop_signals)
-        self.rdzv: Any = None
-        self.board: Any = None  # the board of a multi-node job (:mod:`.board`)
+        self.membership: Any = None  # this launcher's membership in a multi-node job (:mod:`.membership`)
+        self.board: Any = None  # its board (:mod:`.board`)
         self.phase = Phase.STARTING
         # The run directory: the ranks' error records, flight records and stack dumps (:mod:`.rundir`).
         self.error_dir = rundir.create()
         self.watch = HangWatch(cfg, self.error_dir, self.signals)
         self._first_record: dict[str, Any] | None = None
         self._outcome = Outcome.STARTING
-        # Node 0 serves MASTER_PORT for every rank, on the job's address only (:mod:`.stores`).
-        self.ranks_store = stores.RankStore(cfg.addr, cfg.port) if cfg.node_rank == 0 else None
+        # Node 0 serves MASTER_PORT for every rank, on the job's address only (:mod:`.servers`).
+        self.ranks_store = servers.RankStore(cfg.addr, cfg.port) if cfg.node_rank == 0 else None
 
     def _enter(self, phase: Phase) -> None:
         self.phase = phase
@@ -126,10 +126,10 @@ class Job(RankProcesses):
                 log_file = os.path.join(cfg.log_dir, f"launcher-node{cfg.node_rank}.log") if cfg.log_dir else None
                 quiet_torch_elastic(None if cfg.rdzv.assign else log_file)  # assigned: once the node rank is known
                 if cfg.nnodes > 1:
-                    from npu_migrate.launch.nodes.rendezvous import Rendezvous
+                    from npu_migrate.launch.nodes.membership import Membership
 
-                    self.rdzv = Rendezvous(cfg, self.signals)
-                    self.board = self.watch.board = self.rdzv.board
+                    self.membership = Membership(cfg, self.signals)
+                    self.board = self.watch.board = self.membership.board
                 code = self._attempts()
                 return code
             except Interrupted as exc:
@@ -155,8 +155,8 @@ class Job(RankProcesses):
             logger.exception("could not write the report")
         self._record_end(1 if code is None else code)  # --event-log-handler
         self._drain()
-        if self.rdzv is not None:
-            self.rdzv.close()
+        if self.membership is not None:
+            self.membership.close()
         if self.ranks_store is not None:
             self.ranks_store.close()
         rundir.remove(self.error_dir)
@@ -193,7 +193,7 @@ class Job(RankProcesses):
         if self.procs:
             say(f"received {name}: stopping {len(running)} running rank(s) on node {self.cfg.node_rank}.")
             if self.board is not None and self.phase in (Phase.RUNNING, Phase.FINISHING):
-                self.board.abort(f"the launcher of node {self.cfg.node_rank} ({self.rdzv.host}) received {name}")
+                self.board.abort(f"the launcher of node {self.cfg.node_rank} ({self.membership.js.host}) received {name}")
             self._stop(self.procs, sig, self._grace(SIGNAL_GRACE_S))
             self._drain()
         else:
@@ -226,18 +226,18 @@ class Job(RankProcesses):
 
     def _connect(self) -> None:
         """Phase 1 (several nodes): reach node 0, check the token and flags, claim the node rank."""
-        if self.rdzv is None:
+        if self.membership is None:
             return
         self._enter(Phase.CONNECTING)
         try:
-            self.rdzv.connect()
+            self.membership.connect()
         except JobEvent as exc:
             raise self._ended_by(exc) from None
         if self.cfg.rdzv.assign:  # this node's rank came from the rendezvous (:mod:`.assignment`)
-            cfg = self.cfg = self.watch.cfg = self.rdzv.cfg
+            cfg = self.cfg = self.watch.cfg = self.membership.cfg
             if cfg.log_dir:
                 quiet_torch_elastic(os.path.join(cfg.log_dir, f"launcher-node{cfg.node_rank}.log"))
-            self.ranks_store = stores.RankStore(cfg.addr, cfg.port) if cfg.node_rank == 0 else None
+            self.ranks_store = servers.RankStore(cfg.addr, cfg.port) if cfg.node_rank == 0 else None
             say(f"this is node {cfg.node_rank} of {cfg.nnodes} (node rank from the {cfg.rdzv.backend} rendezvous)")
 
     def _serve_ranks_store(self) -> None:
@@ -252,12 +252,12 @@ class Job(RankProcesses):
 
     def _join(self, attempt: int) -> int:
         """Phase 1 (several nodes): wait until every node is in; returns the attempt the round runs."""
-        cfg, rdzv = self.cfg, self.rdzv
-        if rdzv is None:
+        cfg, membership = self.cfg, self.membership
+        if membership is None:
             return attempt
         self._enter(Phase.JOINING)
         try:
-            rnd = rdzv.join()
+            rnd = membership.join()
         except JobEvent as exc:
             raise self._ended_by(exc) from None
         if rnd.generation > cfg.max_restarts:

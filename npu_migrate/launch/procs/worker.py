@@ -36,7 +36,7 @@ import traceback
 from typing import Any
 
 from npu_migrate import failure_hints
-from npu_migrate.launch.nodes import secret, stores
+from npu_migrate.launch.nodes import secret, servers
 from npu_migrate.launch.procs import output, rundir
 from npu_migrate.launch.setup.config import LaunchConfig, Target
 from npu_migrate.log import ENV_RELAY_PREFIX
@@ -191,8 +191,8 @@ def _set_threads() -> None:
 def prepare(local_rank: int, cfg: LaunchConfig, restart: int, run_dir: str | None = None) -> None:
     """Everything a worker needs before user code: environment, output, threads, device."""
     os.environ.update(cfg.worker_env(local_rank, restart))
-    # Node 0's launcher serves MASTER_PORT on the job's address; every rank is its client (:mod:`.stores`).
-    os.environ[stores.AGENT_STORE_ENV] = "True"
+    # Node 0's launcher serves MASTER_PORT on the job's address; every rank is its client (:mod:`.servers`).
+    os.environ[servers.AGENT_STORE_ENV] = "True"
     for name in (secret.SECRET_ENV, secret.FD_ENV):  # the launcher's alone: not the script's, nor its children's
         os.environ.pop(name, None)
     if cfg.output.relay and run_dir is not None:

@@ -14,9 +14,9 @@ import pytest
 from torch.distributed import TCPStore
 
 from conftest import free_port
-from npu_migrate.launch.nodes.board import Member
+from npu_migrate.launch.nodes.records import Member
 from npu_migrate.launch.nodes.liveness import Liveness, addresses_in, answer_pings, ask, lost_record, named_in
-from npu_migrate.launch.nodes.padded_store import PaddedStore
+from npu_migrate.launch.nodes.values import PaddedStore
 
 GLOO = ("[/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:545] Read error [192.0.2.2]:55509: "
         "Connection reset by peer. This is typically caused by a remote worker hanging")

@@ -108,7 +108,7 @@ def test_text_written_into_the_store_is_shown_stripped(tmp_path: Path, key: str)
 
     from torch.distributed import TCPStore
 
-    from npu_migrate.launch.nodes.padded_store import pad
+    from npu_migrate.launch.nodes.values import pad
 
     port = free_port()
     release = tmp_path / "release"

@@ -13,7 +13,7 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
-from npu_migrate.launch.nodes.padded_store import PaddedStore
+from npu_migrate.launch.nodes.values import PaddedStore
 
 ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 200_000
 server = dist.TCPStore("127.0.0.1", 0, None, True, timedelta(seconds=30), wait_for_workers=False)

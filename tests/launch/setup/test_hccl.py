@@ -12,7 +12,7 @@ import pytest
 from conftest import FAKE_NPU, ROOT, child_env, free_port
 from support import HANG_GUARD_S, JOB, Launch, one_line_errors
 
-from npu_migrate.launch.nodes import stores
+from npu_migrate.launch.nodes import servers
 
 from npu_migrate.launch.setup import hccl, ports
 from npu_migrate.launch.setup.config import make_config, pick_free_port
@@ -62,8 +62,8 @@ def test_a_picked_port_is_the_jobs_until_it_ends() -> None:
         assert port in ports.held()
         with socket.socket() as other, pytest.raises(OSError, match="Address already in use"):
             other.bind(("127.0.0.1", port))
-        server = stores.serve("127.0.0.1", port, 30)  # the launcher's own store listens there
-        worker = stores.client("127.0.0.1", port, 30)
+        server = servers.serve("127.0.0.1", port, 30)  # the launcher's own store listens there
+        worker = servers.client("127.0.0.1", port, 30)
         worker.set("rank0", "ready")
         assert server.get("rank0") == b"ready"
         del worker, server

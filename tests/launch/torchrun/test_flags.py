@@ -242,7 +242,7 @@ def test_the_workers_get_torchruns_variables() -> None:
     assert {"RANK", "ROLE_NAME", "TORCHELASTIC_RUN_ID"} <= torchs
     cfg = LaunchConfig(nproc=2, nnodes=2, node_rank=1, torchrun=Settings(role="trainer"), error_files=("/e0", "/e1"))
     env = cfg.worker_env(1, restart_count=1)
-    # TORCHELASTIC_USE_AGENT_STORE is the worker's own (it connects to node 0's store: npu_migrate.launch.nodes.stores).
+    # TORCHELASTIC_USE_AGENT_STORE is the worker's own (it connects to node 0's store: npu_migrate.launch.nodes.servers).
     assert torchs - {"TORCHELASTIC_USE_AGENT_STORE"} <= set(env)
     assert {k: env[k] for k in ("RANK", "LOCAL_RANK", "ROLE_NAME", "ROLE_RANK", "ROLE_WORLD_SIZE", "GROUP_WORLD_SIZE",
                                 "TORCHELASTIC_ERROR_FILE", "TORCHELASTIC_RESTART_COUNT")} == {

@@ -1,7 +1,7 @@
 """The launcher's store servers on the running torch: the backend each torch gets, listening on the
 socket the launcher bound (the job's address only), a client's round trip.
 
-Each branch of :func:`stores.server_options` has a test that runs on the torch tier taking it:
+Each branch of :func:`servers.server_options` has a test that runs on the torch tier taking it:
 torch 2.1 (before libuv was the default), torch 2.7.1 (libuv the default, unable to take a
 descriptor) and torch 2.14 (libuv takes it; ``USE_LIBUV=0`` picks the classic backend).
 """
@@ -16,12 +16,12 @@ from packaging.version import Version
 
 from conftest import free_port
 
-from npu_migrate.launch.nodes import stores
+from npu_migrate.launch.nodes import servers
 
 RELEASE = Version(torch.__version__).release[:2]
-BEFORE_LIBUV = RELEASE < stores.LIBUV_DEFAULT
-LIBUV_WITHOUT_FD = stores.LIBUV_DEFAULT <= RELEASE < stores.LIBUV_TAKES_FD
-LIBUV_WITH_FD = RELEASE >= stores.LIBUV_TAKES_FD
+BEFORE_LIBUV = RELEASE < servers.LIBUV_DEFAULT
+LIBUV_WITHOUT_FD = servers.LIBUV_DEFAULT <= RELEASE < servers.LIBUV_TAKES_FD
+LIBUV_WITH_FD = RELEASE >= servers.LIBUV_TAKES_FD
 
 
 @pytest.mark.parametrize(("torch_version", "use_libuv", "options"), [
@@ -34,7 +34,7 @@ LIBUV_WITH_FD = RELEASE >= stores.LIBUV_TAKES_FD
     ("2.14.0+cu130", "1", {}),
 ])
 def test_the_store_backend_each_torch_gets(torch_version: str, use_libuv: str | None, options: dict) -> None:
-    assert stores.server_options(torch_version, use_libuv) == options
+    assert servers.server_options(torch_version, use_libuv) == options
 
 
 def _serves_on_loopback_only(monkeypatch: pytest.MonkeyPatch, use_libuv: str | None = None) -> object:
@@ -45,8 +45,8 @@ def _serves_on_loopback_only(monkeypatch: pytest.MonkeyPatch, use_libuv: str | N
     else:
         monkeypatch.setenv("USE_LIBUV", use_libuv)
     port = free_port()
-    server = stores.serve("127.0.0.1", port, timeout=30)
-    client = stores.client("127.0.0.1", port, timeout=30)
+    server = servers.serve("127.0.0.1", port, timeout=30)
+    client = servers.client("127.0.0.1", port, timeout=30)
     client.set("job/key", "value")
     assert server.get("job/key") == b"value"
     with socket.socket() as other, pytest.raises(ConnectionRefusedError):
@@ -67,7 +67,7 @@ def test_on_torch_2_4_to_2_7_the_classic_backend_takes_the_launchers_socket(monk
     from torch.distributed import TCPStore
 
     # The reason: torch's default backend (libuv) refuses a listening socket on these releases.
-    with stores.bind("127.0.0.1", 0) as sock:
+    with servers.bind("127.0.0.1", 0) as sock:
         with pytest.raises(Exception, match="libuv TCPStore backend does not support initialization with an listen fd"):
             TCPStore("127.0.0.1", sock.getsockname()[1], None, True, timedelta(seconds=30), wait_for_workers=False,
                      master_listen_fd=sock.fileno())

@@ -1,6 +1,6 @@
-"""This launcher's connections to node 0's launcher store, and the ways it calls it.
+"""Node 0's launcher store as this launcher uses it: its connections, the ways of calling it, its waits.
 
-Usage (by :mod:`.membership` and :mod:`.board`)::
+Usage (by :mod:`.membership`, :mod:`.assignment` and :mod:`.board`)::
 
     js = JobStore(cfg, signals)
     js.open()                                   # node 0 serves the store; everyone connects twice
@@ -9,33 +9,63 @@ Usage (by :mod:`.membership` and :mod:`.board`)::
     js.quietly(lambda: js.store.set(k, v))      # gives up after a few seconds (node 0 may be gone)
     js.await_keys([k], "finish")                # a blocking wait on a connection of its own
 
-**Connections.** Node 0's launcher serves a ``TCPStore`` on ``--port + 1`` (:mod:`.stores`, on
-``--addr`` only). Each launcher holds two clients of it: :attr:`store` for the main thread (and
-torch's rendezvous handler), :attr:`watch` for the heartbeat thread, so a slow call on one never
-delays the other. Each blocking wait opens a third, for that wait only (:mod:`.storewait`). Every
-client is padded (:mod:`.padded_store`) and, with a job secret, signed (:mod:`.authstore`).
+    records = synchronize(store, b"mine", rank, world, "npu_migrate/j/round/r/member/", 30)
+    n = arrive(store, "npu_migrate/j/done/0")        # the n-th node to arrive sets done/0/<n>
+    wait_keys(client, ["npu_migrate/j/done/0/2"], 60)  # True, False on a timeout, raises if gone
+    arrived(store, "npu_migrate/j/done/0", 2)         # the signed count confirms the key
+    peek(store, "npu_migrate/j/abort")                # a value, or None, without blocking
+
+**Connections.** Node 0's launcher serves a ``TCPStore`` on ``--port + 1`` (:mod:`.servers`, on
+``--addr`` only). Each launcher holds two clients of it: :attr:`JobStore.store` for the main thread
+(and torch's rendezvous handler), :attr:`JobStore.watch` for the heartbeat thread, so a slow call
+on one never delays the other. Each blocking wait opens a third, for that wait only: a
+``TCPStore`` client holds one lock for a whole request, so a blocking wait on a shared client would
+stall every other call of the launcher; and a wait that timed out leaves no answer to trust on
+that client. Every client is padded and, with a job secret, signed (:mod:`.values`).
 
 **Interruptible calls.** What can block for long runs in a daemon thread
 (:func:`.signals.run_interruptibly`): the main thread answers SIGINT/SIGTERM and gives up when
-the board reports an event (:attr:`events`, set by :class:`.board.Board`). A store error is
-first given to the board to explain (:attr:`explain`): node 0 closes its store soon after it
-told every node why the job ends, and that reason is the better message.
+the board reports an event (:meth:`Listener.raise_event`: the :class:`.board.Board` that made this
+:class:`JobStore`). A store error is first given to the board to explain
+(:meth:`Listener.explain_error`): node 0 closes its store soon
+after it told every node why the job ends, and that reason is the better message.
+
+**torch's primitives.** ``torch.distributed.elastic.utils.store`` has blocking ``synchronize``
+and ``barrier`` on every torch the launcher supports, with other signatures: torch 2.1 has
+``synchronize(store, data, rank, world_size, key_prefix, barrier_timeout)`` and
+``barrier(store, rank, world_size, key_prefix, barrier_timeout)``; newer torch renamed the first
+timeout to ``timeout`` and made ``barrier(store, world_size, key_prefix, barrier_timeout, rank=None,
+...)``. :func:`synchronize` and :func:`barrier` here call the running torch's with keywords.
+``synchronize`` reads every node's value with ``get`` (torch 2.1) or ``multi_get`` (newer); both
+go through :class:`.values.PaddedStore` and :class:`.values.AuthStore`, so the values
+come back unpadded and checked against the job secret.
+
+**Counted arrivals** are the scheme of torch's ``barrier`` (``_barrier_nonblocking``: add one
+to a counter, the last member sets a key everybody waits on) with two changes the board needs:
+the n-th arrival sets ``<key>/<n>``, so a waiter can wait for *any* count (node 0 waits for the
+nodes that are still in the job, a number it only knows when it waits); and the count itself is
+a counter of the launcher store, signed under a job secret. ``store.wait`` checks that a key
+exists, never its value: a process without the secret could set ``<key>/<n>`` itself, so where
+the arrival decides something (every node finished), :func:`arrived` confirms it with the
+signed count. torch's ``barrier`` waits on an unsigned key and cannot be entered again after a
+timeout, which is why the board's own waits use arrivals and ``barrier`` is here for callers that
+need neither.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 import socket
 import threading
 import time
 import uuid
 from dataclasses import replace
-from typing import Any, Callable, Sequence, TypeVar
+from datetime import timedelta
+from typing import Any, Callable, Protocol, Sequence, TypeVar
 
-from npu_migrate.launch.nodes import authstore, stores, storewait, timing
-
+from npu_migrate.launch.nodes import secret, servers, timing, values
 from npu_migrate.launch.procs import cpplog
-
 from npu_migrate.launch.setup import cluster, software
 from npu_migrate.launch.setup.config import CONTROL_PORT_OFFSET, LaunchConfig
 from npu_migrate.launch.errors import LaunchError, first_line
@@ -44,11 +74,127 @@ from npu_migrate.launch.signals import Interrupted, Signals, run_interruptibly
 
 logger = logging.getLogger(__name__)
 
+# --------------------------------------------------------------------------- blocking waits
+
+
+def _torch_store_utils() -> Any:
+    from torch.distributed.elastic.utils import store as utils
+
+    return utils
+
+
+def synchronize(store: Any, data: bytes, rank: int, world_size: int, key_prefix: str,
+                timeout: float) -> list[bytes]:
+    """torch's ``synchronize``: publish ``data`` as ``rank``, return every rank's (blocking, ``timeout`` s).
+
+    Raises:
+        RuntimeError: (torch's store error) a rank did not publish within ``timeout``, or the store is gone.
+    """
+    utils = _torch_store_utils()
+    params = inspect.signature(utils.synchronize).parameters
+    name = "timeout" if "timeout" in params else "barrier_timeout"  # torch 2.1: barrier_timeout
+    return list(utils.synchronize(store, data, rank=rank, world_size=world_size, key_prefix=key_prefix,
+                                  **{name: timeout}))
+
+
+def barrier(store: Any, rank: int, world_size: int, key_prefix: str, timeout: float) -> None:
+    """torch's ``barrier``: block until ``world_size`` ranks called it with ``key_prefix`` (once per prefix).
+
+    torch 2.1 takes ``rank`` second and exchanges every rank's key; newer torch takes it as a
+    keyword and only counts arrivals.
+    """
+    utils = _torch_store_utils()
+    params = inspect.signature(utils.barrier).parameters
+    if list(params)[1] == "rank":  # torch 2.1: barrier(store, rank, world_size, key_prefix, barrier_timeout)
+        utils.barrier(store, rank, world_size, key_prefix, barrier_timeout=timeout)
+    else:
+        utils.barrier(store, world_size, key_prefix, barrier_timeout=timeout, rank=rank)
+
+
+def arrival_key(key: str, n: int) -> str:
+    """The key the ``n``-th arrival at ``key`` sets."""
+    return f"{key}/{n}"
+
+
+def arrive(store: Any, key: str) -> int:
+    """Count this arrival at ``key``; return n, this one's number (``<key>/<n>`` is set)."""
+    n = int(store.add(key, 1))
+    store.set(arrival_key(key, n), "1")
+    return n
+
+
+def arrived(store: Any, key: str, n: int) -> bool:
+    """Whether at least ``n`` arrivals are counted at ``key`` (a signed read under a job secret)."""
+    return int(store.add(key, 0)) >= n
+
+
+ABSENT = "\0npu_migrate:absent"
+"""The value :func:`peek` compares with: never stored."""
+
+
+def peek(store: Any, key: str) -> str | None:
+    """A key's value, or None if unset, without blocking.
+
+    torch 2.1's TCPStore has no ``check`` in Python; ``compare_set`` with an expected value that
+    is never stored returns that value when the key is missing (the c10d rendezvous backend
+    reads its state the same way). ``store`` is a :class:`~.values.PaddedStore` (or an
+    :class:`~.values.AuthStore` over one), so this is safe beside the launcher's other threads
+    on torch < 2.4 too, and a forged value under a job secret reads as absent.
+    """
+    value = store.compare_set(key, ABSENT, ABSENT).decode()
+    return None if value == ABSENT else value
+
+
+def present(store: Any, keys: Sequence[str]) -> bool:
+    """Whether every key exists (without blocking; a forged value under a secret reads as absent)."""
+    return all(peek(store, k) is not None for k in keys)
+
+
+def wait_keys(client: Any, keys: Sequence[str], seconds: float, check: Any = None) -> bool:
+    """Block until every key exists: True; False when ``seconds`` passed first.
+
+    Args:
+        client: a store client used for this wait only (see the module docstring).
+        keys: the keys to wait for.
+        seconds: the longest wait.
+        check: the store a timed-out wait is checked on (the keys may have come just then);
+            ``client`` when None.
+
+    Raises:
+        Exception: (torch's store error) the store is gone.
+    """
+    if seconds > 0:
+        try:
+            client.wait(list(keys), timedelta(seconds=seconds))
+            return True
+        except Exception as exc:  # noqa: BLE001 - a timeout, or the store went away: the next read tells which
+            logger.debug("wait for %s: %s", keys, exc)
+    return present(client if check is None else check, keys)
+
+
+# --------------------------------------------------------------------------- this launcher's connections
+
 T = TypeVar("T")
 
 
-def _nothing() -> None:
-    return None
+class Listener(Protocol):
+    """What interrupts this launcher's store calls and explains their errors: the board (:class:`.board.Board`)."""
+
+    def raise_event(self) -> None:
+        """Raise :class:`.records.JobEvent` if the board says something (never blocks)."""
+
+    def explain_error(self) -> None:
+        """After a store error: raise the board's event if the board explains the error (waits a few beats)."""
+
+
+class _Unheard:
+    """The listener of a :class:`JobStore` that no board listens to: nothing interrupts or explains its calls."""
+
+    def raise_event(self) -> None:
+        return None
+
+    def explain_error(self) -> None:
+        return None
 
 
 class JobStore:
@@ -59,11 +205,10 @@ class JobStore:
         owner: this launcher's id (a new one for every launcher process).
         host: host name and the address it reaches node 0 from, e.g. ``gpu7 (10.0.0.7)``.
         local_ip: that address (``--local-addr``, else the one that routes to ``--addr``, if any).
-        events: raises :class:`.board.JobEvent` when the board says something (set by the board).
-        explain: called after a store error; raises the board's event if it explains the error.
+        board: what interrupts its calls and explains their errors (given at construction).
     """
 
-    def __init__(self, cfg: LaunchConfig, signals: Signals) -> None:
+    def __init__(self, cfg: LaunchConfig, signals: Signals, board: Listener | None = None) -> None:
         self.cfg = cfg
         self.signals = signals
         self.prefix = f"npu_migrate/{cfg.job_id}"
@@ -71,13 +216,12 @@ class JobStore:
         found = cluster.interface_for(cfg.addr)
         self.local_ip = cfg.torchrun.local_addr or (found[1] if found else None)  # --local-addr wins, as torchrun
         self.host = f"{socket.gethostname()} ({self.local_ip})" if self.local_ip else socket.gethostname()
-        self.secret = authstore.job_secret()  # None: values are not signed
+        self.secret = secret.job_secret()  # None: values are not signed
         self.where = f"{cfg.addr}:{cfg.port + CONTROL_PORT_OFFSET}"
-        self.server: Any = None  # node 0: the store server itself (see :mod:`.stores`)
+        self.server: Any = None  # node 0: the store server itself (see :mod:`.servers`)
         self.store: Any = None
         self.watch: Any = None
-        self.events: Callable[[], None] = _nothing
-        self.explain: Callable[[], None] = _nothing
+        self.board: Listener = _Unheard() if board is None else board
 
     def key(self, name: str) -> str:
         return f"{self.prefix}/{name}"
@@ -88,11 +232,11 @@ class JobStore:
         """Node 0's store server (on ``--addr`` only) or a client of it: padded, and signed with a secret."""
         port = self.cfg.port + CONTROL_PORT_OFFSET
         if master:
-            self.server = stores.serve(self.cfg.addr, port, timeout)
-        return authstore.wrap(stores.client(self.cfg.addr, port, timeout), self.secret)
+            self.server = servers.serve(self.cfg.addr, port, timeout)
+        return values.wrap(servers.client(self.cfg.addr, port, timeout), self.secret)
 
     def client(self, seconds: float) -> Any:
-        """Another client of node 0's store, for one blocking wait (:mod:`.storewait`, :mod:`.liveness`)."""
+        """Another client of node 0's store, for one blocking wait (:func:`wait_keys`, :mod:`.liveness`)."""
         return self.make(False, seconds)
 
     def open(self) -> None:
@@ -174,12 +318,12 @@ class JobStore:
         ``within``, a call still blocked :data:`.timing.CALL_SLACK_S` after that many seconds raises
         TimeoutError (its thread is left behind).
         """
-        also = self.events
+        also = self.board.raise_event
         if within is not None:
             deadline = time.monotonic() + within + timing.CALL_SLACK_S
 
             def also() -> None:
-                self.events()
+                self.board.raise_event()
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"{name}: no answer within {within:g} s")
         try:
@@ -188,8 +332,8 @@ class JobStore:
             raise
         except Exception as exc:  # noqa: BLE001 - store and rendezvous errors from torch
             logger.debug("%s: %s", name, exc)
-            self.events()
-            self.explain()
+            self.board.raise_event()
+            self.board.explain_error()
             raise
 
     def quietly(self, fn: Callable[[], T], seconds: float = timing.QUIET_CALL_S) -> T | None:
@@ -211,7 +355,7 @@ class JobStore:
 
     def peek(self, name: str) -> str | None:
         """The job key ``name``'s value, or None, without blocking (on :attr:`store`)."""
-        return storewait.peek(self.store, self.key(name))
+        return peek(self.store, self.key(name))
 
     # -- blocking waits, each on a connection of its own
 
@@ -222,8 +366,8 @@ class JobStore:
             Exception: (torch's store error) node 0's store is gone.
         """
         if seconds <= 0:
-            return storewait.present(self.store, keys)
-        return storewait.wait_keys(self.client(seconds), keys, seconds, check=self.store)
+            return present(self.store, keys)
+        return wait_keys(self.client(seconds), keys, seconds, check=self.store)
 
     def await_keys(self, keys: Sequence[str], name: str, seconds: float | None = None) -> bool:
         """:meth:`wait_keys` from the main thread: interruptible, and without end when ``seconds`` is None.
@@ -242,7 +386,7 @@ class JobStore:
             while not cancel.is_set():
                 left = timing.FINISH_WAIT_SLICE_S if deadline is None else deadline - time.monotonic()
                 if deadline is not None and left <= 0:
-                    return storewait.present(self.store, keys)
+                    return present(self.store, keys)
                 if self.wait_keys(keys, min(left, timing.FINISH_WAIT_SLICE_S)):
                     return True
             return False

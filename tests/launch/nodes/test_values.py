@@ -11,7 +11,7 @@ import pytest
 import torch.distributed as dist
 
 from conftest import LAUNCH_SCRIPTS, child_env
-from npu_migrate.launch.nodes.padded_store import PaddedStore, pad, unpad
+from npu_migrate.launch.nodes.values import PaddedStore, pad, unpad
 
 
 @pytest.fixture()

@@ -1,12 +1,36 @@
-"""The job secret: every value the launchers read from their store is signed, and checked before use.
+"""How the launcher's values sit in node 0's store: padded past 512 bytes, and signed under a job secret.
 
 Usage::
 
-    secret = load_secret(args.secret_file)           # (.secret) --secret-file, else the environment, else None
-    store = AuthStore(PaddedStore(tcp_store), secret)
-    store.set("npu_migrate/<job>/abort", "why")       # stored as a signed value
-    store.compare_set(key, "", "mine")               # a forged current value counts as absent
-    store.add("npu_migrate/<job>/done/0", 1)         # counters are signed values too (see below)
+    store = wrap(tcp_store, secret)                # PaddedStore, or AuthStore over one with a secret
+    store.set("npu_migrate/<job>/abort", "why")      # padded (and signed)
+    store.compare_set(key, "", "mine")              # b"mine"; a forged current value counts as absent
+    store.get("key")                                # the value, unpadded (and checked)
+    store.add("npu_migrate/<job>/done/0", 1)        # counters: TCPStore's own, or signed values with a secret
+    torch_api(store.raw)                            # torch's own objects (PrefixStore) need the C++ store
+
+Both wrappers are one concept, the format of a value on the wire: every launcher of the job
+reads and writes its values through :func:`wrap`, so all nodes agree on it.
+
+Padding
+=======
+
+Why: before torch 2.4 (pytorch/pytorch#128212), ``Store.compare_set`` built its result, a Python
+``bytes``, after it had released the GIL. The launcher calls it from several threads (the heartbeat,
+the rendezvous, the main loop), and so does torch's own rendezvous backend; a result allocated by
+CPython's small-object allocator while another thread allocates corrupts the heap: launchers
+died with SIGSEGV in 3 multi-node tests of one CI run on torch 2.1.2 under load, and a two-thread
+loop of ``compare_set`` beside ordinary Python crashed every run. Objects over 512 bytes come from
+the C allocator instead, which is thread-safe, and creating them touches no other shared state
+(CPython <= 3.11, the Pythons of torch 2.1). So every value the launcher stores, and every value
+it compares against, is padded past that size here and unpadded on the way back. The padding is
+applied on every torch, so nodes agree on one format.
+
+Counters (``add``) are integers on the wire and are never padded; ``""`` stays ``""``, which
+``compare_set`` reads as "the key is absent".
+
+Signing
+=======
 
 **Why.** Node 0's launcher store (``--port + 1``) is a plain ``TCPStore``: anyone who reaches the
 port can read and write every key. torch's rendezvous keeps its state there as a pickle
@@ -55,16 +79,80 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
-import os
 import threading
 import uuid
 from typing import Any, Callable
 
 from npu_migrate.launch.errors import say
-from npu_migrate.launch.nodes.padded_store import PaddedStore, pad, unpad
-from npu_migrate.launch.nodes.secret import FD_ENV, load_secret
 
 logger = logging.getLogger(__name__)
+
+# --------------------------------------------------------------------------- padding
+
+_PAD_MARK = b"~npu_migrate:"
+_SIZE = 600  # past CPython's small-object limit (512 bytes), with room for the header
+_DIGITS = 8
+
+
+def pad(value: str | bytes) -> bytes:
+    """``value`` framed and padded to at least :data:`_SIZE` bytes (``""`` stays empty)."""
+    body = value.encode() if isinstance(value, str) else bytes(value)
+    if not body:
+        return b""
+    framed = _PAD_MARK + b"%0*d:" % (_DIGITS, len(body)) + body
+    return framed + b" " * max(0, _SIZE - len(framed))
+
+
+def unpad(raw: bytes) -> bytes:
+    """The value :func:`pad` framed; anything else (a counter, an empty value) as it is."""
+    if not raw.startswith(_PAD_MARK):
+        return raw
+    start = len(_PAD_MARK) + _DIGITS + 1
+    return raw[start:start + int(raw[len(_PAD_MARK):start - 1])]
+
+
+class PaddedStore:
+    """A TCPStore (or PrefixStore) whose ``set``, ``get`` and ``compare_set`` pad their values.
+
+    Every other method (``add``, ``set_timeout``, ``delete_key``...) is the store's own.
+    """
+
+    def __init__(self, store: Any) -> None:
+        self.raw = store
+
+    def set(self, key: str, value: str | bytes) -> None:
+        self.raw.set(key, pad(value))
+
+    def get(self, key: str) -> bytes:
+        return unpad(self.raw.get(key))
+
+    def compare_set(self, key: str, expected: str | bytes, desired: str | bytes) -> bytes:
+        return unpad(self.raw.compare_set(key, pad(expected), pad(desired)))
+
+    def multi_get(self, keys: list[str]) -> list[bytes]:
+        """Every key's value, blocking until each exists (torch's ``synchronize`` reads with it)."""
+        return [unpad(raw) for raw in self.raw.multi_get(keys)]
+
+    def wait(self, keys: list[str], *timeout: Any) -> None:
+        """Block until every key exists (``wait(keys)`` or ``wait(keys, timedelta)``): keys are never
+        padded, only values, so this is the store's own wait. It checks that a key exists, not its
+        value."""
+        self.raw.wait(keys, *timeout)
+
+    def swap(self, key: str, stored: bytes, desired: str | bytes) -> tuple[bytes, bytes]:
+        """``compare_set`` against the exact bytes ``stored`` (padded or not); returns (stored bytes, value).
+
+        For :class:`AuthStore`, which replaces a value it refused
+        whatever its form (another writer need not have padded it).
+        """
+        now = self.raw.compare_set(key, stored, pad(desired))
+        return now, unpad(now)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.raw, name)
+
+
+# --------------------------------------------------------------------------- signing
 
 _MARK = b"~npu_migrate-hmac1:"
 _TAG_LEN = 64  # hex digits of SHA-256
@@ -72,7 +160,6 @@ _ABSENT = "\0npu_migrate:auth-absent"  # a peek's expected value: never stored
 _CAS_TRIES = 64
 """How often one call retries a compare-and-set that others (or a forged value) got in before."""
 
-_chosen: bytes | None = None
 _refused_once = threading.Event()
 
 
@@ -80,25 +167,6 @@ class UnauthenticatedValue(RuntimeError):
     """A store value not signed with the job's secret, where no good value is known to put back."""
 
 
-# --------------------------------------------------------------------------- the secret
-
-
-def use_secret(secret: bytes | None) -> None:
-    """Make ``secret`` this launcher's job secret (the command line calls it once, before anything starts)."""
-    global _chosen
-    _chosen = secret
-
-
-def job_secret() -> bytes | None:
-    """The secret :func:`use_secret` chose, else the environment's (for ``spawn()``): a descriptor
-    in :data:`FD_ENV` is read once, and its secret kept for the next jobs."""
-    if _chosen is None and os.environ.get(FD_ENV):
-        use_secret(load_secret())
-        os.environ.pop(FD_ENV, None)
-    return _chosen if _chosen is not None else load_secret()
-
-
-# --------------------------------------------------------------------------- signing
 
 
 def _tag(secret: bytes, key: str, body: bytes) -> bytes:
@@ -139,7 +207,7 @@ def _refused(key: str, notify: Callable[[str], None]) -> None:
 
 
 class AuthStore:
-    """A store (a :class:`~npu_migrate.launch.nodes.padded_store.PaddedStore`) whose values are signed and checked.
+    """A store (a :class:`PaddedStore`) whose values are signed and checked.
 
     Args:
         store: the padded store to wrap; its ``raw`` (the C++ store) stays reachable as ``.raw``.
@@ -207,7 +275,7 @@ class AuthStore:
     def wait(self, keys: list[str], *timeout: Any) -> None:
         """Block until every key exists. A wait sees a key, never its value: a process without the
         secret can end it by setting the key, so a caller that decides something on it reads the
-        value (or a signed counter) after it (:func:`.storewait.arrived`)."""
+        value (or a signed counter) after it (:func:`.store.arrived`)."""
         self.inner.wait(keys, *timeout)
 
     def add(self, key: str, amount: int) -> int:
@@ -231,6 +299,6 @@ class AuthStore:
 
 
 def wrap(store: Any, secret: bytes | None) -> Any:
-    """``store`` padded (:mod:`.padded_store`), and signed when there is a secret."""
+    """``store`` padded, and signed when there is a secret."""
     padded = store if isinstance(store, PaddedStore) else PaddedStore(store)
     return padded if secret is None else AuthStore(padded, secret)

@@ -13,8 +13,9 @@ import pytest
 from torch.distributed import TCPStore
 
 from conftest import free_port
-from npu_migrate.launch.nodes import authstore, storewait
-from npu_migrate.launch.nodes.padded_store import PaddedStore, pad
+from npu_migrate.launch.nodes.store import arrive, arrived, barrier, peek, synchronize, wait_keys
+from npu_migrate.launch.nodes import values
+from npu_migrate.launch.nodes.values import PaddedStore, pad
 
 SECRET = b"s" * 32
 
@@ -25,7 +26,7 @@ def server():
 
 
 def _client(server: TCPStore, secret: bytes | None, seconds: float = 30) -> object:
-    return authstore.wrap(TCPStore("127.0.0.1", server.port, None, False, timedelta(seconds=seconds)), secret)
+    return values.wrap(TCPStore("127.0.0.1", server.port, None, False, timedelta(seconds=seconds)), secret)
 
 
 def _in_threads(fn, n: int) -> list:
@@ -49,37 +50,37 @@ def _in_threads(fn, n: int) -> list:
 
 @pytest.mark.parametrize("secret", [None, SECRET], ids=["plain", "signed"])
 def test_synchronize_gives_every_party_every_value_unpadded(server, secret) -> None:
-    got = _in_threads(lambda i: storewait.synchronize(_client(server, secret), f"node{i}".encode(), i, 3,
+    got = _in_threads(lambda i: synchronize(_client(server, secret), f"node{i}".encode(), i, 3,
                                                       "job/round/r/member/", 30), 3)
     assert got == [[b"node0", b"node1", b"node2"]] * 3
 
 
 def test_synchronize_times_out_when_a_party_never_comes(server) -> None:
     with pytest.raises(Exception):  # noqa: B017 - torch's store error, whose class differs between versions
-        storewait.synchronize(_client(server, None), b"alone", 0, 2, "job/round/r/member/", 0.5)
+        synchronize(_client(server, None), b"alone", 0, 2, "job/round/r/member/", 0.5)
 
 
 def test_barrier_on_this_torch(server) -> None:
-    assert _in_threads(lambda i: storewait.barrier(_client(server, None), i, 2, "job/barrier", 30), 2) == [None, None]
+    assert _in_threads(lambda i: barrier(_client(server, None), i, 2, "job/barrier", 30), 2) == [None, None]
 
 
 @pytest.mark.parametrize("secret", [None, SECRET], ids=["plain", "signed"])
 def test_the_nth_arrival_sets_its_key_and_a_waiter_sees_it(server, secret) -> None:
     store = _client(server, secret)
-    assert not storewait.wait_keys(_client(server, secret), ["job/done/0/2"], 0.2, check=store)
-    assert [storewait.arrive(_client(server, secret), "job/done/0") for _ in range(2)] == [1, 2]
-    assert storewait.wait_keys(_client(server, secret), ["job/done/0/2"], 5, check=store)
-    assert storewait.arrived(store, "job/done/0", 2) and not storewait.arrived(store, "job/done/0", 3)
+    assert not wait_keys(_client(server, secret), ["job/done/0/2"], 0.2, check=store)
+    assert [arrive(_client(server, secret), "job/done/0") for _ in range(2)] == [1, 2]
+    assert wait_keys(_client(server, secret), ["job/done/0/2"], 5, check=store)
+    assert arrived(store, "job/done/0", 2) and not arrived(store, "job/done/0", 3)
 
 
 def test_a_waiter_blocks_until_the_last_arrival(server) -> None:
     seen = threading.Event()
-    waiter = threading.Thread(target=lambda: storewait.wait_keys(_client(server, None), ["job/acked/0/2"], 30)
+    waiter = threading.Thread(target=lambda: wait_keys(_client(server, None), ["job/acked/0/2"], 30)
                               and seen.set())
     waiter.start()
-    storewait.arrive(_client(server, None), "job/acked/0")
+    arrive(_client(server, None), "job/acked/0")
     assert not seen.is_set()  # job/acked/0/2 does not exist yet
-    storewait.arrive(_client(server, None), "job/acked/0")
+    arrive(_client(server, None), "job/acked/0")
     waiter.join(30)
     assert seen.is_set()
 
@@ -88,11 +89,11 @@ def test_a_forged_arrival_key_ends_a_wait_but_not_the_signed_count(server) -> No
     # A process without the secret can set the key a waiter blocks on (a wait sees keys, not values);
     # the signed count, which the board confirms with, does not move.
     store = _client(server, SECRET)
-    storewait.arrive(store, "job/done/0")
+    arrive(store, "job/done/0")
     PaddedStore(TCPStore("127.0.0.1", server.port, None, False, timedelta(seconds=30))).set("job/done/0/2", "1")
-    assert storewait.wait_keys(_client(server, SECRET), ["job/done/0/2"], 5, check=store)
-    assert not storewait.arrived(store, "job/done/0", 2)
-    assert storewait.peek(store, "job/done/0/2") is None  # its value reads as absent
+    assert wait_keys(_client(server, SECRET), ["job/done/0/2"], 5, check=store)
+    assert not arrived(store, "job/done/0", 2)
+    assert peek(store, "job/done/0/2") is None  # its value reads as absent
 
 
 def test_multi_get_through_the_wrappers_unpads_and_checks() -> None:
@@ -105,5 +106,5 @@ def test_multi_get_through_the_wrappers_unpads_and_checks() -> None:
     raw = TCPStore("127.0.0.1", port, None, False, timedelta(seconds=30))
     assert PaddedStore(raw).multi_get(["a"])[0].startswith(b"~npu_migrate-hmac1:")
     raw.set("c", pad("forged"))
-    with pytest.raises(authstore.UnauthenticatedValue):
+    with pytest.raises(values.UnauthenticatedValue):
         signed.multi_get(["a", "c"])
