@@ -125,7 +125,7 @@ def write_recording(directory: Path, steps: int, modules: int, noise: float, see
 
 
 def bench_compare(steps: int, modules: int) -> None:
-    from npu_migrate.compare.verdict import compare
+    from npu_migrate.compare.reading.verdict import compare
 
     tmp = Path(tempfile.mkdtemp(prefix="bench_compare_"))
     try:

@@ -13,7 +13,7 @@ Two things report a script's uncaught exception: ``npu-migrate run`` (the hint i
 of the traceback) and the launcher's worker (the rank's failure record, whose hint the launcher's
 failure summary and ``--error-file`` show, :class:`npu_migrate.launch.procs.failure.Failure`). What only
 the failing process knows, such as runtime migration's record of which library asked ``torch.cuda``
-and got torch's own answer (:mod:`npu_migrate.migrate.library_failure`), reaches them through this
+and got torch's own answer (:mod:`npu_migrate.migrate.libraries.library_failure`), reaches them through this
 module, so the launcher imports no feature and no feature imports the launcher. It imports nothing.
 """
 

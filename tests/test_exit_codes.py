@@ -206,7 +206,7 @@ INTERRUPT = [  # where the command is busy when Ctrl-C comes
     ("port", ["port", "{cuda}"], "npu_migrate.port.cli", "port_paths"),
     ("check", ["check", "{cuda}"], "npu_migrate.port.cli", "port_paths"),
     ("ops", ["ops", "{ok}"], "npu_migrate.ops.cli", "audit"),
-    ("compare", ["compare", "{a_jsonl}", "{b_jsonl}"], "npu_migrate.compare.verdict", "compare"),
+    ("compare", ["compare", "{a_jsonl}", "{b_jsonl}"], "npu_migrate.compare.reading.verdict", "compare"),
     ("stacks", ["stacks", "1"], "npu_migrate.launch.hangs.stacks", "process_start"),
 ]
 

@@ -20,10 +20,10 @@ _EXPORTS = {
     "Probe": "npu_migrate.compare.probe",
     "ProbeSettings": "npu_migrate.compare.settings",
     "ProbeError": "npu_migrate.compare.settings",
-    "compare": "npu_migrate.compare.verdict",
-    "Comparison": "npu_migrate.compare.verdict",
-    "Tolerance": "npu_migrate.compare.tolerance",
-    "load_run": "npu_migrate.compare.sources",
+    "compare": "npu_migrate.compare.reading.verdict",
+    "Comparison": "npu_migrate.compare.reading.verdict",
+    "Tolerance": "npu_migrate.compare.reading.tolerance",
+    "load_run": "npu_migrate.compare.reading.sources",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -71,9 +71,9 @@ def build_parser(subparsers: Any = None) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Compare, print the summary, write what was asked; return 0 or 1, raise a usage or input error (2)."""
-    from npu_migrate.compare import report
-    from npu_migrate.compare.tolerance import Tolerance
-    from npu_migrate.compare.verdict import compare
+    from npu_migrate.compare.reading import report
+    from npu_migrate.compare.reading.tolerance import Tolerance
+    from npu_migrate.compare.reading.verdict import compare
 
     if args.atol is not None and args.exact:
         raise UsageError("--exact allows no difference at all; drop --atol or drop --exact.")
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
                          steps=args.steps, metrics=args.metrics, pattern=args.pattern)
         text = report.markdown(result)
         if args.plot:
-            from npu_migrate.compare import plot
+            from npu_migrate.compare.reading import plot
 
             plot.write_png(result, args.plot)
     except (NpuMigrateError, ValueError, OSError) as exc:  # the readers name the file and line

@@ -15,7 +15,7 @@ Usage::
 * :mod:`.table`: the one table of CUDA-only libraries: what is served (:data:`~.table.MODULES`) and the
   advice for each (:data:`~.table.LIBRARIES`), read by ``ops``, ``port`` and the import hook.
 
-Runtime migration serves them under the libraries' own names (:mod:`npu_migrate.migrate.libs_hook`);
+Runtime migration serves them under the libraries' own names (:mod:`npu_migrate.migrate.libraries.libs_hook`);
 ``npu-migrate port`` rewrites imports to them (rules NM030-NM032). Which libraries are served, and
 the advice for the others, is :mod:`.table`; what maps to what is docs/cuda-libraries.md.
 """

@@ -8,7 +8,7 @@ Usage::
     norm = FusedRMSNorm(1024)                          # eps=1e-5, as apex's default
 
 Under runtime migration ``apex.optimizers``, ``apex.normalization`` and ``apex.amp`` give these
-(:mod:`npu_migrate.migrate.libs_hook`); ``npu-migrate port`` rewrites the imports to this module.
+(:mod:`npu_migrate.migrate.libraries.libs_hook`); ``npu-migrate port`` rewrites the imports to this module.
 
 The traps a plain swap falls into, kept here:
 

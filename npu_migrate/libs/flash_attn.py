@@ -8,7 +8,7 @@ Usage::
     out, lse, _ = flash_attn_func(q, k, v, return_attn_probs=True)
 
 Under runtime migration ``import flash_attn`` (and ``flash_attn.flash_attn_interface``) gives these
-functions (:mod:`npu_migrate.migrate.libs_hook`); ``npu-migrate port`` rewrites the import to this module.
+functions (:mod:`npu_migrate.migrate.libraries.libs_hook`); ``npu-migrate port`` rewrites the import to this module.
 
 Kept from flash-attn: bottom-right ``causal`` (since 2.1), ``window_size=(left, right)``, grouped-query
 heads, ``softmax_scale=None`` meaning ``1/sqrt(D)``, ``alibi_slopes``, varlen through ``cu_seqlens``,

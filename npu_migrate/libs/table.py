@@ -10,7 +10,7 @@ Usage::
 
 Read by the three tools that meet these libraries, so their answers agree:
 
-* runtime migration's import hook (:mod:`npu_migrate.migrate.libs_hook`) serves
+* runtime migration's import hook (:mod:`npu_migrate.migrate.libraries.libs_hook`) serves
   :data:`MODULES` under the libraries' own names;
 * ``npu-migrate port`` rewrites imports of :data:`MODULES` (the library's ``rewrite`` rule) and reports
   the rest with :attr:`Library.advice` as the fix (its ``report`` rule);

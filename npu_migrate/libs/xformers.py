@@ -8,7 +8,7 @@ Usage::
     bias, packed = BlockDiagonalMask.from_tensor_list([x1, x2])                   # varlen
 
 Under runtime migration ``xformers.ops`` (and ``xformers.ops.fmha``, ``xformers.ops.fmha.attn_bias``) give
-these names (:mod:`npu_migrate.migrate.libs_hook`). Kept from xformers: the ``[B, M, H, K]`` layout (3-D
+these names (:mod:`npu_migrate.migrate.libraries.libs_hook`). Kept from xformers: the ``[B, M, H, K]`` layout (3-D
 ``[B, M, K]`` is one head; 5-D ``[B, M, G, H, K]`` groups heads, keys may be expanded over ``H``),
 ``scale=None`` meaning ``1/sqrt(K)``, ``p`` dropout, a tensor ``attn_bias`` added after scaling,
 ``LowerTriangularMask`` aligned top-left and ``LowerTriangularFromBottomRightMask`` bottom-right,

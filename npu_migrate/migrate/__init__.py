@@ -33,16 +33,22 @@ Design, and what it does differently from torch_npu's ``transfer_to_npu``:
 
 Modules, each owning one concept (none imports this package's ``__init__``):
 
-* :mod:`.callers`: who is calling (user code or torch/libraries), and caller-aware wrappers.
+* :mod:`.callers`: who is calling (user code or torch/libraries), and caller-aware wrappers;
+  :mod:`.usercode`: which files are the user's code, the roots it starts from.
 * :mod:`.mapping`: device values, backends and environment variables mapped to the target.
 * :mod:`.fit`: a ``torch.cuda`` call made to ``torch.npu``'s function with the arguments the
   torch-npu release's signature takes (renamed, dropped or refused in one line).
 * :mod:`.sim`: the simulated CUDA devices of the CPU target and its ``torch.cuda`` answers.
+* :mod:`.signatures`: stand-ins keep torch's signatures, so user code's calls are checked as torch's.
 * :mod:`.patches`: the patches, one module per area of torch.
+* :mod:`.libraries`: third-party libraries: the CUDA-only ones served from :mod:`npu_migrate.libs`
+  (``libs_hook``), and an installed library's CUDA check (``library_failure``).
 * :mod:`.state`: what is installed, and putting it back; :mod:`.install`: install/uninstall.
 * :mod:`.report`: the per-process report and the merge of many.
 * :mod:`.environment`: the variables that carry migration into child processes (torch-free).
 * :mod:`.hook`: the start-up hook that arms migration in those processes (torch-free).
+* :mod:`.lines`: whole, rank-prefixed lines from the processes an ``mp.spawn`` script starts.
+* :mod:`.launch_feature`: ``--migrate``, ``--migrate-report`` and ``--user-code`` of the launcher.
 * :mod:`.cli`: ``npu-migrate run``.
 
 The table of what each ``torch.cuda`` API becomes is :mod:`npu_migrate.cuda_api`, shared with

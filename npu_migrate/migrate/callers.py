@@ -158,7 +158,7 @@ def library_questions() -> tuple[dict[str, str], set[Any]]:
     Returns:
         ``{file: the last API it called}``, and the code objects of the functions torch told there
         is no CUDA (:data:`NO_CUDA_QUESTIONS` answered ``False`` or ``0``), for
-        :mod:`npu_migrate.migrate.library_failure`.
+        :mod:`npu_migrate.migrate.libraries.library_failure`.
     """
     return dict(_ASKED), set(_TOLD_NO_CUDA.values())
 

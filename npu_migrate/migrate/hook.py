@@ -49,7 +49,7 @@ def arm() -> None:
     if os.environ.get(ENV_MIGRATE) != "1":
         return
     from npu_migrate._torch_hook import after_torch_import
-    from npu_migrate.migrate import libs_hook
+    from npu_migrate.migrate.libraries import libs_hook
 
     libs_hook.register()  # a script may import flash_attn before torch; the finder arms the migration then
 

@@ -22,7 +22,8 @@ from typing import Iterator
 from npu_migrate import device as _device
 from npu_migrate import failure_hints
 from npu_migrate.registry import DEVICES, SOURCE_FAMILY, DeviceSpec
-from npu_migrate.migrate import callers, environment, library_failure, libs_hook
+from npu_migrate.migrate import callers, environment
+from npu_migrate.migrate.libraries import library_failure, libs_hook
 from npu_migrate.migrate.mapping import map_environment
 from npu_migrate.migrate.patches import AREAS
 from npu_migrate.migrate.report import REPORT

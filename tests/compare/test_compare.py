@@ -16,9 +16,9 @@ import pytest
 
 from conftest import child_env, run_cli
 from support import LOSSES, two_ranks, write_probe
-from npu_migrate.compare import report, tolerance
-from npu_migrate.compare.tolerance import Tolerance
-from npu_migrate.compare.verdict import compare
+from npu_migrate.compare.reading import report, tolerance
+from npu_migrate.compare.reading.tolerance import Tolerance
+from npu_migrate.compare.reading.verdict import compare
 
 ENTRY_NAMES = ["conv", "relu", "fc"]
 
@@ -278,7 +278,7 @@ def test_compare_does_not_import_torch(tmp_path: Path) -> None:
 
 def test_pure_python_path_agrees_with_numpy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("numpy")
-    from npu_migrate.compare import module_verdict, verdict
+    from npu_migrate.compare.reading import module_verdict, verdict
 
     a = two_ranks(tmp_path / "a", LOSSES, modules={s: module_rows() for s in LOSSES})
     b = two_ranks(tmp_path / "b", LOSSES, modules={s: module_rows({"relu": 1e-3} if s > 2 else None,

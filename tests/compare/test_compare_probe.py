@@ -18,7 +18,7 @@ from conftest import ROOT, child_env, run_cli
 from npu_migrate.compare import Probe, ProbeError
 from npu_migrate.compare.records import read_rank_file
 from npu_migrate.compare.settings import StepRange, parse_ranks
-from npu_migrate.compare.verdict import compare
+from npu_migrate.compare.reading.verdict import compare
 
 TINY = Path(__file__).with_name("scripts") / "tiny_train.py"
 
@@ -101,7 +101,7 @@ def test_seed_checkpoint_and_dropout_off_make_two_models_identical(tmp_path: Pat
 
 
 def exact_tolerance():
-    from npu_migrate.compare.tolerance import Tolerance
+    from npu_migrate.compare.reading.tolerance import Tolerance
 
     return Tolerance(exact=True)
 

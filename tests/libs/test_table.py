@@ -24,7 +24,7 @@ def test_ops_and_port_give_the_same_advice(name: str) -> None:
 
 
 def test_served_libraries_are_the_hook_s() -> None:
-    from npu_migrate.migrate import libs_hook
+    from npu_migrate.migrate.libraries import libs_hook
 
     served = {lib.name for lib in LIBRARIES.values() if lib.kept_working}
     assert served == set(libs_hook.ROOTS) == {m.split(".")[0] for m in MODULES}

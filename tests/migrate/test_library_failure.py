@@ -20,7 +20,7 @@ import pytest
 
 from conftest import ROOT, child_env, run_cli
 from npu_migrate.launch.procs.failure import Failure
-from npu_migrate.migrate.library_failure import CUDA_MISSING, Frame, decide, user_code_argument
+from npu_migrate.migrate.libraries.library_failure import CUDA_MISSING, Frame, decide, user_code_argument
 
 USER, TORCH = Frame(), Frame(infra=True)
 TOLD = Frame("timm", told_no_cuda=True)  # timm's init_distributed_device: torch told it is_available() False

@@ -96,7 +96,7 @@ def test_without_migration_nothing_is_served(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    proc = subprocess.run([sys.executable, "-c", "import npu_migrate.migrate.libs_hook as h; h.register(); "
+    proc = subprocess.run([sys.executable, "-c", "import npu_migrate.migrate.libraries.libs_hook as h; h.register(); "
                            "import flash_attn"], env=child_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "No module named 'flash_attn'" in proc.stderr
 

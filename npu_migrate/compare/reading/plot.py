@@ -17,8 +17,8 @@ import math
 import os
 from typing import Any
 
-from npu_migrate.compare.comparison import Comparison, step_dtypes
-from npu_migrate.compare.sources import SourceError
+from npu_migrate.compare.reading.comparison import Comparison, step_dtypes
+from npu_migrate.compare.reading.sources import SourceError
 
 MAX_METRICS = 4
 

@@ -17,8 +17,8 @@ import math
 from typing import Any
 
 from npu_migrate import fileio
-from npu_migrate.compare.align import spans
-from npu_migrate.compare.verdict import Comparison
+from npu_migrate.compare.reading.align import spans
+from npu_migrate.compare.reading.verdict import Comparison
 
 
 def _g(x: float | None) -> str:

@@ -19,7 +19,7 @@ from typing import Iterable, Sequence
 
 from npu_migrate.compare.records import Entry
 from npu_migrate.compare.settings import StepRange
-from npu_migrate.compare.sources import Run
+from npu_migrate.compare.reading.sources import Run
 
 
 @dataclass

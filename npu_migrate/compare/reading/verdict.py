@@ -7,7 +7,7 @@ Usage::
 
 Rules:
 
-* Every metric of every common rank and step must be close (:mod:`~npu_migrate.compare.tolerance`).
+* Every metric of every common rank and step must be close (:mod:`~npu_migrate.compare.reading.tolerance`).
   Up to ``allow_failing_steps`` steps may fail (Megatron's golden values allow a few); a NaN or
   Inf never passes and never counts against that budget.
 * A module-record entry is close when its NaN and Inf counts are equal and zero, and its min,
@@ -30,12 +30,12 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from npu_migrate.compare import align as _align
-from npu_migrate.compare.comparison import Comparison, Culprit, MetricSummary, step_dtypes
-from npu_migrate.compare.module_verdict import compare_modules
+from npu_migrate.compare.reading import align as _align
+from npu_migrate.compare.reading.comparison import Comparison, Culprit, MetricSummary, step_dtypes
+from npu_migrate.compare.reading.module_verdict import compare_modules
 from npu_migrate.compare.settings import StepRange
-from npu_migrate.compare.sources import Run, SourceError, load_run
-from npu_migrate.compare.tolerance import Tolerance, errors, is_close
+from npu_migrate.compare.reading.sources import Run, SourceError, load_run
+from npu_migrate.compare.reading.tolerance import Tolerance, errors, is_close
 
 __all__ = ["Comparison", "Culprit", "MetricSummary", "compare"]
 

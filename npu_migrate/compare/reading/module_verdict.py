@@ -2,12 +2,12 @@
 
 Usage::
 
-    from npu_migrate.compare.module_verdict import compare_modules
+    from npu_migrate.compare.reading.module_verdict import compare_modules
 
     compare_modules(result)     # fills result.module_* and result.culprit of a verdict.Comparison
 
-The rules are :mod:`npu_migrate.compare.verdict`'s (its docstring). Steps whose layouts pair the
-same way (:func:`npu_migrate.compare.align.pair_entries`) are checked together, ``_CHUNK`` steps at
+The rules are :mod:`npu_migrate.compare.reading.verdict`'s (its docstring). Steps whose layouts pair the
+same way (:func:`npu_migrate.compare.reading.align.pair_entries`) are checked together, ``_CHUNK`` steps at
 a time, with numpy where it is installed (the ``[compare]`` extra) and in plain Python otherwise;
 in the first failing step, :func:`_find_culprit` walks the modules in forward, then backward order.
 """
@@ -18,10 +18,10 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from npu_migrate.compare import align as _align
-from npu_migrate.compare.comparison import Comparison, Culprit, step_dtypes
+from npu_migrate.compare.reading import align as _align
+from npu_migrate.compare.reading.comparison import Comparison, Culprit, step_dtypes
 from npu_migrate.compare.records import NSTATS, STAT_FIELDS, Entry, RankRecording, decode_stats
-from npu_migrate.compare.tolerance import is_close
+from npu_migrate.compare.reading.tolerance import is_close
 
 _CHUNK = 1024  # steps checked at once
 

@@ -6,8 +6,8 @@ Usage::
     result.passed, result.exit_code, result.first_step, result.problems
     result.metrics["loss"].max_rel, result.culprit.module
 
-:class:`Comparison` is filled by :mod:`npu_migrate.compare.verdict` (step metrics) and
-:mod:`npu_migrate.compare.module_verdict` (module records), and read by the report and the plot;
+:class:`Comparison` is filled by :mod:`npu_migrate.compare.reading.verdict` (step metrics) and
+:mod:`npu_migrate.compare.reading.module_verdict` (module records), and read by the report and the plot;
 what passes is decided by its properties, from what they found.
 """
 
@@ -16,10 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from npu_migrate.compare import align as _align
+from npu_migrate.compare.reading import align as _align
 from npu_migrate.compare.records import RankRecording
-from npu_migrate.compare.sources import Run
-from npu_migrate.compare.tolerance import Tolerance
+from npu_migrate.compare.reading.sources import Run
+from npu_migrate.compare.reading.tolerance import Tolerance
 
 
 def step_dtypes(ra: RankRecording, rb: RankRecording, step: int) -> tuple[str | None, ...]:

@@ -6,7 +6,7 @@ Usage::
                                 #  add --user-code timm to migrate its calls too", or None
     library_failure.decide(frames, AssertionError, message, asked={"timm"})   # the decision alone: "timm"
 
-Only the user's code gets the migrated answers (:mod:`.callers`): an installed library that asks
+Only the user's code gets the migrated answers (:mod:`npu_migrate.migrate.callers`): an installed library that asks
 ``torch.cuda.is_available()`` gets torch's own ``False``, and may end the job with its own check
 (timm's ``init_distributed_device``: "CUDA is not available but cuda was specified."). Runtime
 migration registers :func:`hint` with :mod:`npu_migrate.failure_hints` at install, so ``npu-migrate
@@ -15,10 +15,10 @@ run`` and the launcher's failure summary add the line.
 A failure is such a check when, in its traceback (or the one of the exception it was raised from),
 
 * the innermost frame below torch, its device extension, the standard library, npu_migrate and
-  generated code is in an installed package (a library by migration's rule, :mod:`.usercode`:
+  generated code is in an installed package (a library by migration's rule, :mod:`npu_migrate.migrate.usercode`:
   site-packages; ``--user-code`` makes it the user's);
 * that package asked CUDA through migration's stand-ins in this process and got torch's answer
-  (:func:`.callers.library_questions`), so ``--user-code`` would change the answer it gets;
+  (:func:`npu_migrate.migrate.callers.library_questions`), so ``--user-code`` would change the answer it gets;
 * and the error says CUDA is missing (:data:`CUDA_MISSING`: torch's own words, or "CUDA is not
   available"), or it is an ``AssertionError``/``RuntimeError`` raised in the very function that torch
   told there is no CUDA (``is_available()`` was ``False``, ``device_count()`` 0).
@@ -65,7 +65,7 @@ class Frame:
         package: the installed package its code is in; None for the user's code and for ``infra``.
         infra: torch, its device extension, the standard library, npu_migrate, generated code:
             what the failure passes through on its way to whoever called it.
-        told_no_cuda: its function asked :data:`.callers.NO_CUDA_QUESTIONS` and torch said no CUDA.
+        told_no_cuda: its function asked :data:`~npu_migrate.migrate.callers.NO_CUDA_QUESTIONS` and torch said no CUDA.
     """
 
     package: str | None = None
@@ -162,7 +162,7 @@ def _chain(exc: BaseException) -> Iterable[BaseException]:
 
 def user_code_argument(name: str, location: str) -> str:
     """What to give ``--user-code`` for the package ``name`` at ``location``: the name where it finds
-    that very package (:mod:`.usercode`), else the folder."""
+    that very package (:mod:`npu_migrate.migrate.usercode`), else the folder."""
     found = usercode._locate(name) if name.isidentifier() else None  # the flag's own lookup
     return name if found is not None and found[0] == os.path.realpath(location) else shlex.quote(location)
 

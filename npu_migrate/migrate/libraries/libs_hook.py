@@ -2,7 +2,7 @@
 
 Usage::
 
-    from npu_migrate.migrate import libs_hook
+    from npu_migrate.migrate.libraries import libs_hook
 
     libs_hook.register()        # install() and the start-up hook call this; torch-free
 
