@@ -11,11 +11,19 @@ Usage::
     for f in result.findings:
         print(f"{f.line}:{f.col} {f.code} {f.message} ({f.fix})")
 
-The rules are the table in :mod:`npu_migrate.port.rules` (matchers by area in
-:mod:`npu_migrate.port.matchers`, the matcher API in :mod:`npu_migrate.port.context`, what each
-``torch.cuda`` API becomes in :mod:`npu_migrate.cuda_api`); notebooks are
-:mod:`npu_migrate.port.notebook`; the command line is :mod:`npu_migrate.port.cli` and the reports
-:mod:`npu_migrate.port.report`.
+Modules, each owning one concept (what each ``torch.cuda`` API becomes is :mod:`npu_migrate.cuda_api`):
+
+* :mod:`.rules`: the rule table, one row per rule code;
+* :mod:`.matchers`: the rules' matchers, one module per area;
+* :mod:`.context`: the matcher API: what a rule sees (``Context``) and returns (``Hit``);
+* :mod:`.targets`: how each device-neutral operation is spelled in each output style;
+* :mod:`.torch_devices`: which torch calls take a device, the table NM011 reads (generated);
+* :mod:`.transformer`: the libcst transformer that applies the rule table;
+* :mod:`.finish`: after the rules: the name ``npu_migrate`` is bound as, helpers, imports added and dropped;
+* :mod:`.positions`: where a change or finding is in the input (line and column);
+* :mod:`.notebook`: Jupyter notebooks, their code cells ported as one module;
+* :mod:`.report`: per file every change and finding, and totals (markdown and JSON);
+* :mod:`.cli`: ``npu-migrate port`` and ``npu-migrate check``.
 
 Only files in which the text prefilter (each rule's trigger patterns) finds a candidate are
 parsed and get scope analysis; the others are only syntax-checked.

@@ -20,10 +20,15 @@ Usage::
     pairs.accepts(release.requires_torch, "2.14.0")    # PEP 440, local builds included
     surface.read(release)["set_device"].signature()    # torch_npu.npu's names, read with ast
 
-Modules: ``wheels`` (where a release's files come from), ``pairs`` (which torch a release
-accepts, the installed pair, the release that pairs with a torch), ``surface`` (the public names
-and signatures of ``torch_npu.npu``). Nothing here imports torch (or torch_npu): the wheel's
-files are read as text.
+Modules, each owning one concept:
+
+* :mod:`.wheels`: where a release's files come from: the installed package, a cached wheel, the index;
+* :mod:`.pairs`: which torch a release accepts, the installed pair, the release that pairs with a torch;
+* :mod:`.surface`: the public names of ``torch_npu.npu``, read from the release's source with ``ast``;
+* :mod:`.signatures`: signatures as data: parameters from source or a live object, written and compared;
+* :mod:`.operators`: the operators a release registers for the NPU, read from its codegen YAML.
+
+Nothing here imports torch (or torch_npu): the wheel's files are read as text.
 """
 
 from __future__ import annotations

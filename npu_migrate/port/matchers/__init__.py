@@ -6,10 +6,17 @@ Usage::
 
     hit = devices.match_cuda_method(call_node, ctx)   # a Hit, or None
 
-Each module owns one area: ``common`` (string and argument helpers), ``devices`` (device
-strings, ``.cuda()``, ``torch.device``, ``is_cuda``), ``ordinals`` (integer device ordinals:
-``.to(rank)``, ``device=local_rank``, ``torch.device(0)``, ``map_location=rank``), ``api`` (``torch.cuda.*``
-and AMP calls through :mod:`npu_migrate.cuda_api`, availability guards), ``distributed``
-(backends, DDP, visible-devices variables), ``checkpoint`` (``map_location``), ``npu``
-(Ascend-only input) and ``reports`` (what only a human can port).
+Each module owns one area:
+
+* :mod:`.common`: string and argument helpers the matchers share;
+* :mod:`.devices`: device strings, ``.cuda()``, ``torch.device``, ``is_cuda``;
+* :mod:`.ordinals`: integer device ordinals: ``.to(rank)``, ``device=local_rank``, ``torch.device(0)``,
+  ``map_location=rank`` (NM011);
+* :mod:`.api`: ``torch.cuda.*`` and AMP calls through :mod:`npu_migrate.cuda_api`, availability guards;
+* :mod:`.distributed`: backends, DDP, visible-devices variables, ``NCCL_*`` names;
+* :mod:`.checkpoint`: ``torch.load``'s ``map_location``;
+* :mod:`.npu`: Ascend-only input (``torch_npu``, ``torch.npu.*``, ``"npu:N"``, ``"hccl"``);
+* :mod:`.libs`: flash_attn, xformers and apex imports, rewritten to :mod:`npu_migrate.libs`
+  (what is served: :mod:`npu_migrate.libs.table`);
+* :mod:`.reports`: what only a human can port (extensions, apex's other parts, CuPy, Triton, float64...).
 """
