@@ -141,9 +141,16 @@ INTERNALS: tuple[Internal, ...] = (
        "a module's own parameters, read once per hooked call without named_parameters()'s generator "
        "(the probe's cost per module)", probe=_module),
     _I("torch.Tensor._values", "compare/probe.py", "a sparse gradient's values, recorded like a dense one"),
-    _I("torch.ops.aten.add.Tensor._schema", "ops/record.py",
-       "an operator overload's schema name (OpOverload._schema), as the audit reports it"),
+    _I("torch.ops.aten.add.Tensor._schema", ("ops/record.py", "ops/follow.py"),
+       "an operator overload's schema name (OpOverload._schema), as the audit reports it; its arguments' "
+       "types and whether it mutates them, for following a composite kernel"),
     _I("torch.ops.aten.add.Tensor._overloadname", "ops/record.py", "an operator overload's name (OpOverload)"),
+    _I("torch.ops.aten.add.Tensor._op_dk", "ops/follow.py",
+       "runs one dispatch key's kernel of an overload (as OpOverload.decompose does): the audit runs the "
+       "composite kernel the NPU runs for an operator the release lacks, to record what it calls"),
+    _I("torch._C.DispatchKey.CompositeExplicitAutogradNonFunctional", "ops/verdict.py",
+       "the composite dispatch keys (CompositeExplicitAutograd, CompositeImplicitAutograd alike) whose "
+       "kernel the audit follows"),
     # ------------------------------------------------------------------ torch.distributed
     _I("torch.distributed.distributed_c10d._world.pg_map", "distributed.py",
        "every live process group, kept alive across destroy_process_group to free its backends without the GIL "

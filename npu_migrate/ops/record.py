@@ -7,7 +7,7 @@ Usage::
     recorder = Recorder(judge, steps=2)          # judge: npu_migrate.ops.verdict.Judge
     with recorder:                               # after runtime migration is installed
         run_the_script()                         # ends with AuditDone after 2 optimizer steps
-    recorder.entries                             # {(op, overload, phase, site): Entry}
+    recorder.entries                             # {(op, overload, phase, site, via): Entry}
 
 What is recorded, for every aten overload that reaches the device:
 
@@ -30,7 +30,12 @@ never went to the device (data loading, the optimizer's CPU step counters) are n
 **Composites.** Where the release registers a composite operator itself (``matmul``,
 ``scaled_dot_product_attention``), the CPU decomposition recorded beneath the function is not the
 NPU's: the function's operator is recorded as ``npu`` in its place, and so is the backward of the
-autograd nodes made beneath it. What is hooked into torch meanwhile: :mod:`npu_migrate.ops.hooks`.
+autograd nodes made beneath it. Where the release registers neither an operator the dispatch mode
+sees nor anything that replaces it, and torch's kernel for it is composite (``logcumsumexp``,
+``huber_loss_backward``), the NPU runs that kernel: the mode runs it too (:mod:`npu_migrate.ops.follow`)
+with itself pushed again, and records what it calls at the same call site and phase, with the
+composites on the way (``via``), to the bottom. What is hooked into torch meanwhile:
+:mod:`npu_migrate.ops.hooks`.
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ from torch.utils.weak import WeakIdKeyDictionary
 from npu_migrate.migrate import callers
 from npu_migrate.migrate.mapping import target_device
 from npu_migrate.migrate.state import STATE
-from npu_migrate.ops import hooks, meta
+from npu_migrate.ops import follow, hooks, meta
 from npu_migrate.ops.hooks import AuditDone  # noqa: F401 (raised into the script; runners catch it from here)
 from npu_migrate.ops.verdict import Judge, Verdict
 
@@ -58,7 +63,10 @@ PHASES = ("forward", "backward", "optimizer step", "other")
 _SYNC_TAGS = ("data_dependent_output",)  # the host reads a value from device memory (.item(), equal)
 _HOST_READS = ("tolist", "numpy", "cpu")  # Tensor methods that copy device memory to the host
 _MASK_DTYPES = (torch.bool, torch.uint8)
-_QUIET = ("", None, False, False)  # a call frame: (function, site, seeded, beneath a registered composite)
+# A call frame: (function, site, seeded, beneath a registered composite, composites followed, phase).
+_QUIET = ("", None, False, False, (), None)
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+_MAX_FOLLOW = 32  # composites nested deeper than this are recorded, not followed (none in torch is)
 
 
 @dataclass
@@ -70,12 +78,15 @@ class Entry:
         count: calls recorded.
         dtypes: dtypes of its tensors.
         function: the torch function the user called around it (``torch.special.entr``), or ``""``.
+        via: the composite kernels, outermost first, whose kernel called it on the NPU
+            (``("aten::logcumsumexp",)`` for ``aten::_logcumsumexp``); ``()`` where the user's code did.
     """
 
     verdict: Verdict
     count: int = 0
     dtypes: set[str] = field(default_factory=set)
     function: str = ""
+    via: tuple[str, ...] = ()
 
 
 @dataclass
@@ -119,7 +130,7 @@ class Recorder:
         self.judge = judge
         self.steps = steps
         self.steps_done = 0
-        self.entries: dict[tuple[str, str, str, str], Entry] = {}
+        self.entries: dict[tuple[str, str, str, str, tuple[str, ...]], Entry] = {}
         self.syncs: dict[tuple[str, str], Sync] = {}
         self.on_device = WeakIdKeyDictionary()
         self._local = threading.local()
@@ -178,11 +189,11 @@ class Recorder:
 
     # -- what the modes call ------------------------------------------------------------------------
     def add(self, op: str, overload: str, verdict: Verdict, tensors: list[torch.Tensor], site: str,
-            function: str) -> None:
-        key = (op, overload, self.phase(tensors), site)
+            function: str, phase: str | None = None, via: tuple[str, ...] = ()) -> None:
+        key = (op, overload, phase or self.phase(tensors), site, via)
         entry = self.entries.get(key)
         if entry is None:
-            entry = self.entries[key] = Entry(verdict, function=function)
+            entry = self.entries[key] = Entry(verdict, function=function, via=via)
         entry.count += 1
         for tensor in tensors:
             entry.dtypes.add(str(tensor.dtype).replace("torch.", ""))
@@ -194,26 +205,66 @@ class Recorder:
             sync = self.syncs[key] = Sync(what)
         sync.count += 1
 
-    def on_dispatch(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+    def on_dispatch(self, mode: Any, func: Any, args: tuple, kwargs: dict) -> Any:
+        """Run one aten overload (``func``) for the dispatch ``mode``, recording it if it is the device's."""
         stack = self._frame()
         top = stack[-1] if stack else _QUIET
         inputs = _tensors(args) + _tensors(kwargs.values()) if kwargs else _tensors(args)
         if not top[2] and not any(self.is_device(t) for t in inputs):
-            return
-        outputs = _tensors(out if isinstance(out, (list, tuple)) else (out,))
-        self.mark(outputs)
-        if top[3]:
-            return  # beneath a composite the release registers: not the NPU's operators
-        if self.npu_nodes:
+            return func(*args, **kwargs)
+        quiet = top[3]  # beneath a composite the release registers: not the NPU's operators
+        if not quiet and self.npu_nodes:
             node = torch._C._current_autograd_node()
-            if node is not None and id(node) in self.npu_nodes:
-                return
+            quiet = node is not None and id(node) in self.npu_nodes
+        if quiet:
+            out = func(*args, **kwargs)
+            self.mark(_tensors(out if isinstance(out, (list, tuple)) else (out,)))
+            return out
+        via = top[4]
         name, overload = func._schema.name, func._overloadname
+        label = name if overload in ("default", "") else f"{name}.{overload}"
+        if via:  # called by a composite kernel: its scalars come as numbers (see npu_migrate.ops.follow)
+            args, kwargs = follow.wrap_numbers(func, args, kwargs)
+            if label in via:  # a kernel redispatching its own operator (detach): counted once, as the caller
+                out = func(*args, **kwargs)
+                self.mark(_tensors(out if isinstance(out, (list, tuple)) else (out,)))
+                return out
         site = top[1] or self.site()
         sparse = any(t.layout != torch.strided for t in inputs)
-        self.add(name, overload, self.judge.verdict(name, overload, sparse), inputs or outputs, site, top[0])
+        verdict = self.judge.verdict(name, overload, sparse)
+        phase = top[5]
+        key = self.judge.follow(name, overload) if verdict is Verdict.DECOMPOSED and not sparse else None
+        # Plain tensors only: a subclass (DTensor, FakeTensor) handles the operator in its own
+        # __torch_dispatch__ and runs it on plain tensors, where the NPU's kernels are chosen.
+        if key is None or len(via) >= _MAX_FOLLOW or not all(type(t) in _PLAIN for t in inputs):
+            out = func(*args, **kwargs)
+        else:
+            phase = phase or self.phase(inputs)
+            out = self._follow(mode, func, key, args, kwargs, (top[0], site, True, False, (*via, label), phase))
+        outputs = _tensors(out if isinstance(out, (list, tuple)) else (out,))
+        self.mark(outputs)
+        self.add(name, overload, verdict, inputs or outputs, site, top[0], phase, via)
         if self._syncs(func, name, inputs):
             self.add_sync(name, site)
+        return out
+
+    def _follow(self, mode: Any, func: Any, key: Any, args: tuple, kwargs: dict, frame: tuple) -> Any:
+        """Run ``func``'s composite kernel for ``key`` as the NPU would, recording what it calls.
+
+        A kernel this machine cannot run (none in torch should fail where the operator itself runs)
+        gives way to the operator itself, unless it may have changed its arguments already.
+        """
+        stack = self._frame()
+        stack.append(frame)
+        try:
+            with mode:
+                return follow.run(func, key, args, kwargs)
+        except Exception:
+            if func._schema.is_mutable:
+                raise
+        finally:
+            stack.pop()
+        return func(*args, **kwargs)
 
     @staticmethod
     def _syncs(func: Any, name: str, inputs: list[torch.Tensor]) -> bool:
@@ -248,7 +299,7 @@ class Recorder:
         if self.fake and device_args and short in meta.HOST_READS:
             self.add_sync(f"Tensor.{short}", site)
             return meta.stand_in(short, device_args[0])
-        stack.append((name, site, seeded, parent is not None and parent[2] is Verdict.NPU))
+        stack.append((name, site, seeded, parent is not None and parent[2] is Verdict.NPU, (), None))
         try:
             out = func(*args, **kwargs)
         finally:
@@ -319,7 +370,4 @@ class _DispatchMode(TorchDispatchMode):
         self.recorder = recorder
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        self.recorder.on_dispatch(func, args, kwargs, out)
-        return out
+        return self.recorder.on_dispatch(self, func, args, kwargs or {})

@@ -1,4 +1,5 @@
-"""One verdict per aten overload, for one torch-npu release: ``npu``, ``decomposed``, ``cpu_fallback``, ``error``.
+"""One verdict per aten overload, for one torch-npu release: ``npu``, ``decomposed``, ``cpu_fallback``,
+``no_kernel``, ``error``.
 
 Usage::
 
@@ -9,6 +10,8 @@ Usage::
     judge.verdict("aten::add", "Tensor")             # Verdict.NPU
     judge.verdict("aten::t", "default")              # Verdict.DECOMPOSED (CompositeExplicitAutograd)
     judge.composite_parent(torch.matmul)             # ("aten::matmul", "default") if the release has it
+    judge.follow("aten::logcumsumexp", "default")    # DispatchKey.CompositeExplicitAutograd: its kernel
+                                                     # runs on the NPU; what it calls is judged too
 
 Two sources, neither restated here: the release's operator list (:mod:`npu_migrate.releases.operators`)
 and torch's own knowledge: which overloads have composite kernels
@@ -22,10 +25,18 @@ The rules, in order:
    delegate), are ``npu``;
 2. overloads torch itself implements for out-of-tree devices (``PrivateUse1``: c10d's collectives)
    are ``npu``; other namespaces (``torchvision::nms``) are judged like aten's below;
-3. overloads with a ``CompositeImplicitAutograd`` or ``CompositeExplicitAutograd`` kernel run it on
-   every backend: ``decomposed`` (their pieces are judged where the recorder sees them);
+3. overloads with a composite kernel (``CompositeExplicitAutogradNonFunctional``,
+   ``CompositeExplicitAutograd``, ``CompositeImplicitAutograd``) run it on every backend that has no
+   kernel of its own: ``decomposed``, and the recorder runs that very kernel (:meth:`Judge.follow`) to
+   record and judge what it calls, to the bottom. The functional form of a structured ``out=`` kernel
+   is the exception: its generated ``CompositeExplicitAutogradNonFunctional`` kernel only allocates
+   and calls the delegate, so it is judged as the delegate is (``npu`` by rule 1, else below);
 4. anything else on a sparse tensor is an ``error`` (torch_npu's CPU fallback handles dense tensors only);
-5. anything else is ``cpu_fallback``: on the NPU it runs on the host, copying its tensors both ways.
+5. anything else torch has a CPU kernel for is ``cpu_fallback``: on the NPU it runs on the host,
+   copying its tensors both ways;
+6. the rest is ``no_kernel``: neither the release nor the host can run it (a CUDA-only operator
+   such as ``aten::_fused_dropout``, a CUDA extension's own operator), so the step fails on the NPU.
+   The audit meets these on a CUDA machine or under ``--meta`` (their meta kernels run there).
 """
 
 from __future__ import annotations
@@ -47,17 +58,23 @@ class Verdict(str, enum.Enum):
     NPU = "npu"
     DECOMPOSED = "decomposed"
     CPU_FALLBACK = "cpu_fallback"
+    NO_KERNEL = "no_kernel"
     ERROR = "error"
 
     @property
     def bad(self) -> bool:
         """Whether this verdict makes the audit fail (exit status 1)."""
-        return self in (Verdict.CPU_FALLBACK, Verdict.ERROR)
+        return self in (Verdict.CPU_FALLBACK, Verdict.NO_KERNEL, Verdict.ERROR)
 
 
-_COMPOSITE_KEYS = ("CompositeImplicitAutograd", "CompositeExplicitAutograd")
-# CompositeExplicitAutogradNonFunctional is the functional form torch generates for a structured
-# kernel: it calls the out= overload, so it runs on the NPU only where the release registers that.
+COMPOSITE_KEYS = ("CompositeExplicitAutogradNonFunctional", "CompositeExplicitAutograd", "CompositeImplicitAutograd")
+"""The composite alias keys, in the order the dispatcher prefers them for a backend without a kernel of
+its own (``computeDispatchTableEntryWithDebug`` in c10's ``OperatorEntry.cpp``)."""
+_STRUCTURED_COMPOSITE_KEYS = COMPOSITE_KEYS[1:]
+# A structured delegate's CompositeExplicitAutogradNonFunctional kernel is torch's generated
+# "allocate, then call the out= overload": it runs on the NPU only where the release registers that,
+# and is judged as the delegate is (rule 3 of the module docstring).
+_HOST_KEY = "CPU"
 
 
 @functools.lru_cache(maxsize=1)
@@ -117,6 +134,7 @@ class Judge:
         self.operators = operators
         self._memo: dict[tuple[str, str, bool], Verdict] = {}
         self._parents: dict[Any, tuple[str, str] | None] = {}
+        self._follow: dict[tuple[str, str], Any] = {}
 
     def verdict(self, op: str, overload: str, sparse: bool = False) -> Verdict:
         """The verdict for ``op`` (``aten::name``) ``overload``; ``sparse``: a sparse tensor was an input."""
@@ -130,17 +148,42 @@ class Judge:
         namespace, _, name = op.rpartition("::")
         if self.operators.registers(op, overload):
             return Verdict.NPU
-        if namespace == "aten":
-            delegate = structured_delegates().get(_schema_key(name, overload))
-            if delegate is not None:
-                base, _, delegate_overload = delegate.partition(".")
-                if self.operators.registers(f"aten::{base}", delegate_overload or "default"):
-                    return Verdict.NPU
+        delegate = structured_delegates().get(_schema_key(name, overload)) if namespace == "aten" else None
+        if delegate is not None:
+            base, _, delegate_overload = delegate.partition(".")
+            if self.operators.registers(f"aten::{base}", delegate_overload or "default"):
+                return Verdict.NPU
         if _has_kernel(op, overload, "PrivateUse1"):
             return Verdict.NPU  # torch's own kernel for out-of-tree devices (c10d's collectives: hccl)
-        if any(_has_kernel(op, overload, key) for key in _COMPOSITE_KEYS):
+        if self._composite_key(op, overload, structured=delegate is not None) is not None:
             return Verdict.DECOMPOSED
-        return Verdict.ERROR if sparse else Verdict.CPU_FALLBACK
+        if sparse:
+            return Verdict.ERROR
+        return Verdict.CPU_FALLBACK if _has_kernel(op, overload, _HOST_KEY) else Verdict.NO_KERNEL
+
+    @staticmethod
+    def _composite_key(op: str, overload: str, structured: bool) -> str | None:
+        """The composite alias key whose kernel the NPU runs for ``op`` when the release has none."""
+        keys = _STRUCTURED_COMPOSITE_KEYS if structured else COMPOSITE_KEYS
+        return next((key for key in keys if _has_kernel(op, overload, key)), None)
+
+    def follow(self, op: str, overload: str) -> Any:
+        """The ``torch._C.DispatchKey`` of the composite kernel the NPU runs for a ``decomposed`` overload.
+
+        The recorder runs that kernel itself (``OpOverload._op_dk``) so that what it calls reaches its
+        dispatch mode and is judged in turn; None where the overload is not ``decomposed``.
+        """
+        key = (op, overload)
+        if key in self._follow:
+            return self._follow[key]
+        found = None
+        if self.verdict(op, overload) is Verdict.DECOMPOSED:
+            name = op.rpartition("::")[2]
+            structured = op.startswith("aten::") and _schema_key(name, overload) in structured_delegates()
+            composite = self._composite_key(op, overload, structured)
+            found = getattr(torch._C.DispatchKey, composite) if composite is not None else None
+        self._follow[key] = found
+        return found
 
     def hint(self, op: str, overload: str, verdict: Verdict) -> str:
         """What to do about a fallback or an error: registered sibling overloads, else the general advice."""
@@ -149,6 +192,12 @@ class Judge:
         namespace, _, name = op.rpartition("::")
         if verdict is Verdict.ERROR:
             return "sparse tensors have no CPU fallback on the NPU: densify (to_dense()) before this call"
+        if verdict is Verdict.NO_KERNEL:
+            if namespace not in ("aten", "npu"):
+                return (f"an operator of {namespace}:: with neither an NPU nor a CPU kernel (a CUDA extension's): "
+                        "the step fails on the NPU; replace it with torch ops or torch_npu's own operator")
+            return ("neither the release nor the host has a kernel for it (CUDA only): the step fails on the NPU; "
+                    "take the path torch takes off CUDA, or call a registered operator")
         if name in _HINTS:
             return _HINTS[name]
         siblings = self.operators.overloads_of(name) if namespace == "aten" else []
