@@ -9,9 +9,9 @@ Usage::
     watch.found                     # [Finding(name="flash_attn", site="train.py:3", advice="...", error="")]
 
 Which libraries count, and the advice for each, is :mod:`npu_migrate.libs.table` (the advice
-``npu-migrate port`` gives too). Only imports made by user code count (torch importing Triton for its own compiler does not). A
-library that is not installed on the auditing machine is reported all the same: the import is the
-finding, and the ``ImportError`` that ends the script is kept with it.
+``npu-migrate port`` gives too). Only imports made by user code count (torch importing Triton for
+its own compiler does not). A library that is not installed on the auditing machine is reported all
+the same: the import is the finding, and the ``ImportError`` that ends the script is kept with it.
 """
 
 from __future__ import annotations
@@ -72,7 +72,8 @@ def _user_site() -> str | None:
 
 
 class Watch(importlib.abc.MetaPathFinder):
-    """Notes imports of :data:`~npu_migrate.libs.table.LIBRARIES`' libraries by user code, and run-time CUDA extension builds."""
+    """Notes imports of :data:`~npu_migrate.libs.table.LIBRARIES`' libraries by user code, and run-time
+    CUDA extension builds."""
 
     def __init__(self) -> None:
         self.found: list[Finding] = []
