@@ -6,7 +6,8 @@ Usage::
 
     libs_hook.register()        # install() and the start-up hook call this; torch-free
 
-One finder on ``sys.meta_path`` answers for the libraries' own module names (:data:`SERVED`). It
+One finder on ``sys.meta_path`` answers for the libraries' own module names (:data:`SERVED`, read from
+the CUDA-only libraries' table, :data:`npu_migrate.libs.table.MODULES`). It
 serves npu_migrate's implementation when migration is on and either the target is not CUDA (the
 CUDA kernels cannot run there, even if the package is installed) or the package is not installed at
 all; otherwise it steps aside and the real package imports. While migration is off (after
