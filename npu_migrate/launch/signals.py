@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from concurrent.futures import Future, wait
 from typing import Any, Callable, TypeVar
 
 T = TypeVar("T")
@@ -113,6 +114,31 @@ class Signals:
             raise Interrupted(self.received)
 
 
+def in_daemon_thread(fn: Callable[[], T], name: str) -> Future[T]:
+    """Start ``fn`` in a daemon thread of its own; the :class:`~concurrent.futures.Future` it returns
+    holds its result or the exception it raised.
+
+    Not a ``ThreadPoolExecutor``: since Python 3.9 an executor's workers are not daemon threads
+    and the interpreter joins them at exit, so a store call left blocked (node 0 gone, a listener
+    that never answers) would keep the launcher from exiting. A daemon thread is left behind
+    at exit instead, as a blocked call that nobody waits for should be.
+    """
+    future: Future[T] = Future()
+
+    def call() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            result = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+            future.set_exception(exc)
+        else:
+            future.set_result(result)
+
+    threading.Thread(target=call, name=name, daemon=True).start()
+    return future
+
+
 def run_interruptibly(fn: Callable[[], T], signals: Signals, name: str,
                       also: Callable[[], None] = lambda: None) -> T:
     """Run ``fn`` in a daemon thread; return its result, raise its exception, or raise Interrupted.
@@ -123,21 +149,10 @@ def run_interruptibly(fn: Callable[[], T], signals: Signals, name: str,
         name: the thread's name.
         also: called as often; it may raise to give up waiting (the job was aborted).
     """
-    box: dict[str, Any] = {}
-    done = threading.Event()
-
-    def call() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
-            box["error"] = exc
-        finally:
-            done.set()
-
-    threading.Thread(target=call, name=name, daemon=True).start()
-    while not done.wait(POLL_S):
+    future = in_daemon_thread(fn, name)
+    # wait(), not result(timeout): from Python 3.11 a TimeoutError that fn raised and a wait that
+    # timed out are the same class.
+    while not wait((future,), POLL_S).done:
         signals.check()
         also()
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+    return future.result()

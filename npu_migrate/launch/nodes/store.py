@@ -60,6 +60,7 @@ import socket
 import threading
 import time
 import uuid
+from concurrent import futures
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any, Callable, Protocol, Sequence, TypeVar
@@ -70,7 +71,7 @@ from npu_migrate.launch.setup import cluster, software
 from npu_migrate.launch.setup.config import CONTROL_PORT_OFFSET, LaunchConfig
 from npu_migrate.launch.errors import LaunchError, first_line
 from npu_migrate.launch.nodes.records import JobEvent
-from npu_migrate.launch.signals import Interrupted, Signals, run_interruptibly
+from npu_migrate.launch.signals import Interrupted, Signals, in_daemon_thread, run_interruptibly
 
 logger = logging.getLogger(__name__)
 
@@ -338,20 +339,14 @@ class JobStore:
 
     def quietly(self, fn: Callable[[], T], seconds: float = timing.QUIET_CALL_S) -> T | None:
         """A store call that gives up after ``seconds`` (node 0 may be unreachable); None then."""
-        box: dict[str, Any] = {}
-        done = threading.Event()
-
-        def run() -> None:
-            try:
-                box["value"] = fn()
-            except Exception as exc:  # noqa: BLE001 - nobody left to tell
-                logger.debug("store: %s", exc)
-            finally:
-                done.set()
-
-        threading.Thread(target=run, name="npu_migrate-store", daemon=True).start()
-        done.wait(seconds)
-        return box.get("value")
+        future = in_daemon_thread(fn, "npu_migrate-store")
+        if not futures.wait((future,), seconds).done:
+            return None  # its thread is left behind
+        error = future.exception()
+        if error is not None:  # nobody left to tell
+            logger.debug("store: %s", error)
+            return None
+        return future.result()
 
     def peek(self, name: str) -> str | None:
         """The job key ``name``'s value, or None, without blocking (on :attr:`store`)."""
