@@ -54,6 +54,7 @@ import json
 import logging
 import threading
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from npu_migrate.launch.nodes import timing
@@ -81,38 +82,93 @@ __all__ = ["FIELD_LIMIT", "Board", "Event", "EventKind", "FailureKind", "JobEven
            "peek"]
 
 
+@dataclass
+class BoardState:
+    """Everything about the job that this launcher's board knows and that changes: read and written
+    by the heartbeat thread and the main thread, always under :attr:`Board._lock` (and only there).
+    """
+
+    generation: int = 0
+    """The generation (restart count) this launcher runs or joins; the main thread sets it."""
+    claimed: bool = False
+    """This launcher holds its node rank: it counts as one of the job's nodes."""
+    finished: bool = False
+    """Every node's ranks of this generation finished."""
+    watching: bool = False
+    """The heartbeat runs: node 0's silence or store errors mean it is lost."""
+    answered: int = 0
+    """Pings to this launcher answered (:mod:`.liveness`)."""
+    flight_out: str | None = None
+    """This node's ranks' flight records, published every beat."""
+    flight_in: dict[int, str] = field(default_factory=dict)
+    """Node 0: the other nodes' flight records, as last read."""
+    hang_in: dict[str, Any] | None = None
+    """The latest hang node 0 announced."""
+    members: dict[int, Member] = field(default_factory=dict)
+    """The round's nodes whose heartbeats are watched (none while a round forms)."""
+    last_change: dict[int, float] = field(default_factory=dict)
+    """When (``time.monotonic()``) each member's heartbeat counter last moved."""
+    counters: dict[int, int] = field(default_factory=dict)
+    """Each member's heartbeat counter, as last read."""
+    last_ok: float = field(default_factory=time.monotonic)
+    """When the last heartbeat went through."""
+    errors: int = 0
+    """Heartbeats in a row that failed with a store error."""
+    last_error: str = ""
+    """The last of those errors, in one line."""
+    abort: str | None = None
+    """The job's ``abort`` reason, once read."""
+    fail: dict[int, str] = field(default_factory=dict)
+    """Each generation's winning failure (``fail/<gen>``), as read."""
+    seen_sent: set[str] = field(default_factory=set)
+    """The ``seen/...`` keys this launcher arrived at (once each)."""
+    lost: set[int] = field(default_factory=set)
+    """Node ranks this launcher published as lost."""
+    told: tuple[str, float] | None = None
+    """The ``seen`` key of the job's end and when it was published or read (node 0 lingers on it)."""
+
+
 class Board:
     """This launcher's side of the board (see the module docstring).
 
-    Two threads share it: the heartbeat writes what it read under :attr:`_lock`, the main thread
-    reads it through :meth:`event` and tells the others through the ``publish``/``abort`` calls.
+    Two threads share it, the heartbeat (:meth:`_beat`) and the main thread (:meth:`event`, the
+    ``publish``/``abort`` calls, :meth:`finish`, :meth:`linger`). Everything that changes is one
+    :class:`BoardState`, guarded by one lock, :attr:`_lock`: every read and write of it holds the
+    lock, and none holds it across a store call. The rest is fixed at construction (the store
+    connections, the heartbeat interval) or is an :class:`threading.Event` of its own (:attr:`_stop`).
+    The node's config is the :class:`.JobStore`'s, replaced whole (never changed in place) when
+    the rendezvous gives the node rank, before the heartbeat matters for it.
     """
 
     def __init__(self, cfg: LaunchConfig, signals: Signals) -> None:
         self.js = JobStore(cfg, signals, self)  # its calls: interrupted by this board's events, errors explained
-        self.generation = 0
-        self.interval = timing.heartbeat_interval(self.cfg.node_timeout)
-        self.claimed = False  # this launcher holds its node rank: it counts as one of the job's nodes
-        self.finished = False  # every node's ranks finished
-        self.answered = 0  # pings to this launcher answered (:mod:`.liveness`)
-        self.flight_out: str | None = None  # this node's ranks' flight records, published every beat
-        self.flight_in: dict[int, str] = {}  # node 0: the other nodes' records, as last read
-        self.hang_in: dict[str, Any] | None = None  # the latest hang node 0 announced
+        self.interval = timing.heartbeat_interval(cfg.node_timeout)
         self._lock = threading.Lock()
         self._beaten = threading.Condition(self._lock)  # notified after every heartbeat
         self._stop = threading.Event()
-        self._watching = False
-        self._members: dict[int, Member] = {}
-        self._last_change: dict[int, float] = {}
-        self._counters: dict[int, int] = {}
-        self._last_ok = time.monotonic()
-        self._errors = 0
-        self._last_error = ""
-        self._abort: str | None = None
-        self._fail: dict[int, str] = {}
-        self._seen_sent: set[str] = set()
-        self._lost: set[int] = set()  # node ranks this launcher published as lost
-        self._told: tuple[str, float] | None = None  # (seen key, when) of the job's end, published or read
+        self._state = BoardState()
+
+    def _get(self, name: str) -> Any:
+        with self._lock:
+            return getattr(self._state, name)
+
+    def _set(self, name: str, value: Any) -> None:
+        with self._lock:
+            setattr(self._state, name, value)
+
+    generation = property(lambda self: self._get("generation"), lambda self, v: self._set("generation", v),
+                          doc="The generation this launcher runs or joins (:attr:`BoardState.generation`).")
+    claimed = property(lambda self: self._get("claimed"), lambda self, v: self._set("claimed", v),
+                       doc="This launcher holds its node rank (:attr:`BoardState.claimed`).")
+    finished = property(lambda self: self._get("finished"),
+                        doc="Every node's ranks of this generation finished (:attr:`BoardState.finished`).")
+    answered = property(lambda self: self._get("answered"),
+                        doc="Pings to this launcher answered (:attr:`BoardState.answered`).")
+    flight_out = property(lambda self: self._get("flight_out"), lambda self, v: self._set("flight_out", v),
+                          doc="This node's ranks' flight records, published every beat (the hang watch sets it).")
+    flight_in = property(lambda self: self._get("flight_in"),
+                         doc="Node 0: the other nodes' flight records, as last read (a new dict every beat).")
+    hang_in = property(lambda self: self._get("hang_in"), doc="The latest hang node 0 announced.")
 
     @property
     def cfg(self) -> Any:
@@ -125,10 +181,11 @@ class Board:
         """A round completed: watch these members' heartbeats from now on."""
         now = time.monotonic()
         with self._lock:
-            self.generation = generation
-            self._members = dict(members)
-            self._last_change = {k: now for k in members}
-            self._counters = {}
+            st = self._state
+            st.generation = generation
+            st.members = dict(members)
+            st.last_change = {k: now for k in members}
+            st.counters = {}
 
     def clear_round(self) -> None:
         """A new round is forming: no member to watch until it completes."""
@@ -139,27 +196,29 @@ class Board:
     def event(self) -> Event | None:
         """What the board says now (never blocks): this generation's failure, an abort, or a lost node."""
         with self._lock:
+            st = self._state
             # A failure first: the node that saw it also aborts the job when no restart is left,
             # and the failure is the better report.
-            fail = self._fail.get(self.generation) if self._members else None  # only while a round runs
+            fail = st.fail.get(st.generation) if st.members else None  # only while a round runs
             if fail:
                 record = as_record(fail)
                 return Event(EventKind.FAILED, printable(record.get("message") or ""), record)
-            if self._abort:
-                return Event(EventKind.ABORT, printable(self._abort), {})
-            return self._lost_node(time.monotonic())
+            if st.abort:
+                return Event(EventKind.ABORT, printable(st.abort), {})
+            return self._lost_node(st, time.monotonic())
 
-    def _lost_node(self, now: float) -> Event | None:
+    def _lost_node(self, st: BoardState, now: float) -> Event | None:
+        """A lost node in ``st`` (read under the lock), if any."""
         cfg = self.cfg
-        if self._watching and cfg.node_rank != 0 and (now - self._last_ok > cfg.node_timeout
-                                                      or self._errors >= timing.ERRORS_BEFORE_LOST):
-            host0 = self._members[0].host if 0 in self._members else cfg.addr
-            why = (f"its store stopped answering ({self._last_error})" if self._errors
+        if st.watching and cfg.node_rank != 0 and (now - st.last_ok > cfg.node_timeout
+                                                   or st.errors >= timing.ERRORS_BEFORE_LOST):
+            host0 = st.members[0].host if 0 in st.members else cfg.addr
+            why = (f"its store stopped answering ({st.last_error})" if st.errors
                    else f"no answer for {cfg.node_timeout:g} s")
             return self._lost_event(0, host0, None, f"lost node 0 ({host0}): {why}")
-        for k, seen in self._last_change.items():
+        for k, seen in st.last_change.items():
             if k != cfg.node_rank and now - seen > cfg.node_timeout:
-                member = self._members[k]
+                member = st.members[k]
                 message = f"lost node {k} ({member.host}): no heartbeat for {cfg.node_timeout:g} s (--node-timeout)"
                 return self._lost_event(k, member.host, member.owner, message)
         return None
@@ -181,7 +240,7 @@ class Board:
         The board's state changes only at a heartbeat, so this waits beat by beat (woken by each)
         rather than reading it in a loop; signals are checked between beats.
         """
-        if not self._watching:
+        if not self._get("watching"):
             return
         deadline = time.monotonic() + timing.ABORT_EXPLAIN_BEATS * self.interval + timing.ABORT_EXPLAIN_SLACK_S
         while True:
@@ -197,8 +256,9 @@ class Board:
 
     def start(self) -> None:
         """Start beating (after the token check, before claiming the node rank)."""
-        self._last_ok = time.monotonic()
-        self._watching = True
+        with self._lock:
+            self._state.last_ok = time.monotonic()
+            self._state.watching = True
         threading.Thread(target=self._beat, name="npu_migrate-heartbeat", daemon=True).start()
 
     def stop(self) -> None:
@@ -211,48 +271,57 @@ class Board:
         (either may come; a wait can only block on one set of keys, all of which must come),
         reads the others' counters and relays flight records.
         """
-        js, store = self.js, self.js.watch
+        js, store, st = self.js, self.js.watch, self._state
         alive = js.key(f"alive/{js.owner}")
         while not self._stop.is_set():
             try:
                 store.add(alive, 1)
-                self.answered = answer_pings(store, js.prefix, js.owner, self.answered)
+                answered = answer_pings(store, js.prefix, js.owner, self.answered)
                 abort = peek(store, js.key("abort"))
-                gen = self.generation
+                with self._lock:
+                    st.answered = answered
+                    gen = st.generation
                 fail = peek(store, js.key(f"fail/{gen}"))
                 with self._lock:  # recorded before telling node 0, which may then close the store
-                    members = dict(self._members)
+                    members, claimed = dict(st.members), st.claimed
                     if abort:
-                        self._abort = abort
+                        st.abort = abort
                     if fail:
-                        self._fail[gen] = fail
-                    if self.cfg.node_rank == 0 and self._told is None and (abort or fail):
+                        st.fail[gen] = fail
+                    if self.cfg.node_rank == 0 and st.told is None and (abort or fail):
                         # Another node ended the job: node 0 serves the store until the rest read why too.
-                        self._told = ("seen/abort" if abort else f"seen/{gen}", time.monotonic())
+                        st.told = ("seen/abort" if abort else f"seen/{gen}", time.monotonic())
                 counters = {k: store.add(js.key(f"alive/{m.owner}"), 0) for k, m in members.items()}
                 self._flight(store, gen, members)
                 # Tell node 0 we read it: it keeps serving the store until every node has.
                 # Only a node of the job counts: a refused duplicate that read its own abort is none.
                 for seen, value in (("seen/abort", abort), (f"seen/{gen}", fail)):
-                    if value and seen not in self._seen_sent and self.cfg.node_rank != 0 and self.claimed:
-                        self._seen_sent.add(seen)
+                    if value and self.cfg.node_rank != 0 and claimed and self._first_time(seen):
                         arrive(store, js.key(seen))
                 now = time.monotonic()
                 with self._lock:
-                    self._last_ok = now
-                    self._errors = 0
+                    st.last_ok = now
+                    st.errors = 0
                     for k, value in counters.items():
-                        if self._counters.get(k) != value:
-                            self._counters[k] = value
-                            self._last_change[k] = now
+                        if st.counters.get(k) != value:
+                            st.counters[k] = value
+                            st.last_change[k] = now
             except Exception as exc:  # noqa: BLE001 - the store is gone or unreachable
                 with self._lock:
-                    self._errors += 1
-                    self._last_error = first_line(exc)
+                    st.errors += 1
+                    st.last_error = first_line(exc)
                 logger.debug("heartbeat: %s", exc)
             with self._beaten:
                 self._beaten.notify_all()
             self._stop.wait(self.interval)
+
+    def _first_time(self, seen: str) -> bool:
+        """Whether this launcher has not arrived at ``seen`` yet (it now counts as arrived)."""
+        with self._lock:
+            if seen in self._state.seen_sent:
+                return False
+            self._state.seen_sent.add(seen)
+            return True
 
     def _flight(self, store: Any, gen: int, members: dict[int, Member]) -> None:
         """Publish this node's flight records; node 0 reads everyone's, the others read node 0's hang."""
@@ -264,12 +333,11 @@ class Board:
             store.set(js.key(f"flight/{gen}/{node}"), out)
         if node == 0:
             found = {k: peek(store, js.key(f"flight/{gen}/{k}")) for k in members if k != 0}
-            with self._lock:
-                self.flight_in = {k: v for k, v in found.items() if v}
+            self._set("flight_in", {k: v for k, v in found.items() if v})
         else:
             hang = peek(store, js.key(f"hang/{gen}"))
             if hang:
-                self.hang_in = as_record(hang)
+                self._set("hang_in", as_record(hang))
 
     # -- hangs
 
@@ -294,9 +362,10 @@ class Board:
     def publish_failure(self, record: dict[str, Any]) -> None:
         """Tell every node that this generation failed (the first report wins); never blocks long."""
         js, gen = self.js, self.generation
-        if record.get("kind") == FailureKind.LOST and isinstance(record.get("node_rank"), int):
-            self._lost.add(record["node_rank"])  # it will never read why the job ends: no one waits for it
-        self._told = (f"seen/{gen}", time.monotonic())
+        with self._lock:
+            if record.get("kind") == FailureKind.LOST and isinstance(record.get("node_rank"), int):
+                self._state.lost.add(record["node_rank"])  # it will never read why the job ends: no one waits for it
+            self._state.told = (f"seen/{gen}", time.monotonic())
 
         def publish() -> None:
             key, mine = js.key(f"fail/{gen}"), json.dumps(record)
@@ -330,7 +399,7 @@ class Board:
         self.raise_event()  # the board may already say why (an abort ends ranks on every node)
         text = failure_text(failure)
         with self._lock:
-            members, changed = dict(self._members), dict(self._last_change)
+            members, changed = dict(self._state.members), dict(self._state.last_change)
         seconds = max(self.interval * timing.LOSS_CONFIRM_BEATS, self.cfg.node_timeout * timing.LOSS_CONFIRM_SHARE)
         for member in named_in(text, members, self.cfg.node_rank):
             state = js.call(lambda m=member: ask(js.store, js.client, js.prefix, m.owner, seconds), "liveness")
@@ -358,13 +427,14 @@ class Board:
 
     def next_generation(self) -> None:
         """After a failure: the next round runs generation + 1."""
-        self.generation += 1
-        gen = str(self.generation)
+        with self._lock:
+            self._state.generation += 1
+            gen = str(self._state.generation)
         self.js.quietly(lambda: self.js.store.set(self.js.key("gen"), gen))
 
     def abort(self, message: str) -> None:
         """End every launcher of the job with ``message`` (the first reason wins)."""
-        self._told = ("seen/abort", time.monotonic())
+        self._set("told", ("seen/abort", time.monotonic()))
         logger.info("aborting the job: %s", message)
         self.js.quietly(lambda: self.js.store.compare_set(self.js.key("abort"), "", message))
 
@@ -388,7 +458,7 @@ class Board:
         if not js.call(lambda: arrived(js.store, done, nnodes), "finish"):
             raise RuntimeError(f"{done}/{nnodes} was set, but fewer nodes arrived: not by a launcher of this job")
         js.call(lambda: arrive(js.store, acked), "finish")
-        self.finished = True
+        self._set("finished", True)
         if self.cfg.node_rank == 0:  # keep serving until every node has read the result
             last = arrival_key(acked, nnodes)
             js.quietly(lambda: js.wait_keys([last], timing.ACK_WAIT_S), timing.ACK_WAIT_S + 1)
@@ -400,11 +470,13 @@ class Board:
         arrived at the ``seen`` key (blocking), or :func:`.timing.linger_window` at most (a busy
         node reads late; a lost one never).
         """
-        if self.cfg.node_rank != 0 or self._told is None or self.js.store is None:
+        with self._lock:
+            told, lost = self._state.told, set(self._state.lost)
+        if self.cfg.node_rank != 0 or told is None or self.js.store is None:
             return
-        key, since = self._told
+        key, since = told
         deadline = since + timing.linger_window(self.cfg.node_timeout)
-        others = self.cfg.nnodes - 1 - len(self._lost - {0})
+        others = self.cfg.nnodes - 1 - len(lost - {0})
         if others > 0:
             last = arrival_key(self.js.key(key), others)
             left = max(0.0, deadline - time.monotonic())
