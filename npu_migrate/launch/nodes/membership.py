@@ -348,9 +348,13 @@ class Membership:
             except (JobEvent, LaunchError, Interrupted):
                 raise
             except Exception as exc:  # noqa: BLE001 - RendezvousError and store errors from torch
+                from torch.distributed.elastic.rendezvous import RendezvousTimeoutError  # torch 2.1 and later
+
                 logger.debug("rendezvous: %s", exc)
                 name = type(exc).__name__
-                if "Timeout" in name:
+                # torch's handler raises RendezvousTimeoutError when the round did not complete in
+                # --join-timeout; TimeoutError is a call of this launcher's that got no answer in time.
+                if isinstance(exc, (RendezvousTimeoutError, TimeoutError)):
                     raise LaunchError(
                         f"not every node joined within {cfg.join_timeout:g} s (--join-timeout): start the "
                         f"launcher on every node with --nnodes {cfg.nnodes} --addr {cfg.addr} --port {cfg.port}."
