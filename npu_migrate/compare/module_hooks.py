@@ -1,16 +1,19 @@
 """The probe's per-module hooks (``--probe-level modules``): module names, selection, each call's tensors.
 
-Usage::
+Usage (by :class:`~npu_migrate.compare.probe.Probe`, which holds one as ``probe.modules``)::
 
-    class Probe(ModuleHooks):            # npu_migrate.compare.probe: the mixin's state lives there
-        def _live(self) -> bool: ...     # is this probe the one recording?
+    modules = ModuleHooks(settings, position, live=probe._live, opened=probe._open)
+    register_module_forward_hook(outside_compile(modules.forward_post))   # with the probe's pre-hook
+    modules.enter(module, args)          # from the probe's forward pre-hook: the call's inputs
+    stats = modules.take(step)           # at the step's end: a ModuleStats, or None
+    modules.reset_step()
 
 :class:`ModuleHooks` names every module once (its path in the model the first forward comes from),
 selects names with ``--probe-modules``, ``--probe-steps`` and ``--probe-ranks``, and summarises
 (:func:`~npu_migrate.compare.stats.tensor_stats`) each selected call's inputs and outputs in the
 forward pass and their gradients and the parameters' in the backward pass. A step's summaries are
-stacked into one :class:`~npu_migrate.compare.stats.ModuleStats` per step (``_take_modules``).
-The state it reads is set by ``Probe.__init__`` and ``Probe._reset_step``.
+stacked into one :class:`~npu_migrate.compare.stats.ModuleStats` per step (:meth:`ModuleHooks.take`).
+It reads the probe's rank and step from a :class:`Position` that the probe writes.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import functools
 import re
 import sys
 import weakref
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 import torch
@@ -113,66 +117,82 @@ def tensors_in(value: Any, prefix: str, depth: int = 0) -> Iterator[tuple[str, t
             yield from tensors_in(item, f"{prefix}.{key}", depth + 1)
 
 
+@dataclass
+class Position:
+    """Where a probe's recording is: its rank, the world's size, optimizer steps done (the probe writes it)."""
+
+    rank: int = 0
+    world_size: int = 1
+    step: int = 0
+
+
 class ModuleHooks:
-    """Per-module recording, mixed into :class:`~npu_migrate.compare.probe.Probe`."""
+    """Per-module recording (``--probe-level modules``), held by a :class:`~npu_migrate.compare.probe.Probe`.
 
-    # Set by Probe.__init__: the settings, this rank, optimizer steps done, the names seen.
-    settings: ProbeSettings
-    _pattern: re.Pattern[str] | None
-    _modules_level: bool
-    _rank: int
-    _world_size: int
-    _step: int
-    _module_records: int
-    _compiled_forwards: int
-    _names: weakref.WeakKeyDictionary
-    _selected_names: dict[str, bool]
-    _layouts: dict[tuple, int]
-    _hooked_params: dict[int, Any]
-    _param_handles: list[Any]
-    # Set by Probe._reset_step, once per optimizer step.
-    _calls: dict[str, int]
-    _grad_calls: dict[tuple[str, str], int]
-    _entries: list[tuple[str, int, str, str, str, tuple[int, ...]]]
-    _stats: list[torch.Tensor]
-    _stack: list[tuple[Any, ...]]
-    _last: tuple[torch.Tensor, int, torch.Tensor] | None
+    Args:
+        settings: the probe's settings (``modules``, ``steps``, ``ranks``, ``level``).
+        position: the probe's rank, world size and steps done, read as they change.
+        live: whether the owning probe is the one recording (hooks of a stopped probe may still fire).
+        opened: whether this process records (the probe opens its rank file at the first record).
+    """
 
-    def _open(self) -> bool:
-        raise NotImplementedError
+    def __init__(self, settings: ProbeSettings, position: Position, live: Callable[[], bool],
+                 opened: Callable[[], bool]) -> None:
+        self.settings = settings
+        self.position = position
+        self._live = live
+        self._open = opened
+        self.pattern = re.compile(settings.modules) if settings.modules else None
+        self.enabled = settings.level == "modules"
+        self.records = 0  # module records taken so far
+        self.compiled_forwards = 0  # calls of a torch.compile'd model: its modules are not recorded
+        self._names: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self.selected_names: dict[str, bool] = {}
+        self._layouts: dict[tuple, int] = {}
+        self._hooked_params: dict[int, Any] = {}  # id -> weakref (tensors compare by value, not identity)
+        self.param_handles: list[Any] = []
+        self.reset_step()
 
-    def _live(self) -> bool:
-        raise NotImplementedError
+    def reset_step(self) -> None:
+        """A new optimizer step: no call counted, nothing summarised yet."""
+        self._calls: dict[str, int] = {}
+        self._grad_calls: dict[tuple[str, str], int] = {}
+        self._entries: list[tuple[str, int, str, str, str, tuple[int, ...]]] = []
+        self._stats: list[torch.Tensor] = []
+        self.stack: list[tuple[Any, ...]] = []
+        self._last: tuple[torch.Tensor, int, torch.Tensor] | None = None
 
     # ------------------------------------------------------------------ selection
 
-    def _rank_selected(self) -> bool:
-        return self.settings.ranks is None or self._rank in self.settings.ranks
+    def rank_selected(self) -> bool:
+        return self.settings.ranks is None or self.position.rank in self.settings.ranks
 
     def _selected(self, name: str) -> bool:
-        chosen = self._selected_names.get(name)
+        chosen = self.selected_names.get(name)
         if chosen is None:
-            chosen = self._pattern is None or bool(self._pattern.search(name))
-            self._selected_names[name] = chosen
-        return chosen and (self._step + 1) in self.settings.steps and self._rank_selected()
+            chosen = self.pattern is None or bool(self.pattern.search(name))
+            self.selected_names[name] = chosen
+        return chosen and (self.position.step + 1) in self.settings.steps and self.rank_selected()
 
-    def _unmatched(self) -> list[str]:
-        if not self._modules_level or self._module_records:
+    def unmatched(self) -> list[str]:
+        """Why nothing was recorded per module (a filter that matched nothing), or []."""
+        position = self.position
+        if not self.enabled or self.records:
             return []
-        if not self._rank_selected():
+        if not self.rank_selected():
             return [f"--probe-ranks {','.join(map(str, self.settings.ranks or ()))} does not include rank "
-                    f"{self._rank} of {self._world_size}"]
-        names = sorted(self._selected_names)
-        if self._pattern is not None and names and not any(self._selected_names.values()):
+                    f"{position.rank} of {position.world_size}"]
+        names = sorted(self.selected_names)
+        if self.pattern is not None and names and not any(self.selected_names.values()):
             shown = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
             return [f"--probe-modules {self.settings.modules!r} matched none of the {len(names)} modules ({shown})"]
-        if names and self._step:
-            return [f"--probe-steps {self.settings.steps} matched none of the {self._step} optimizer step(s) run"]
-        if self._compiled_forwards:
+        if names and position.step:
+            return [f"--probe-steps {self.settings.steps} matched none of the {position.step} optimizer step(s) run"]
+        if self.compiled_forwards:
             return [COMPILED_ONLY]
         return ["no module ran forward with gradients enabled"]
 
-    def _take_modules(self, step: int) -> ModuleStats | None:
+    def take(self, step: int) -> ModuleStats | None:
         """This step's module statistics, stacked on their devices (one tensor per device and dtype)."""
         if not self._entries:
             return None
@@ -186,7 +206,7 @@ class ModuleHooks:
         if layout_id is None:
             layout_id = self._layouts[entries] = len(self._layouts)
             layout = records.layout_line(layout_id, entries)
-        self._module_records += len(entries)
+        self.records += len(entries)
         return ModuleStats(step, layout_id, layout, len(stats),
                            [(idx, torch.stack([stats[i] for i in idx])) for idx in groups.values()])
 
@@ -204,38 +224,39 @@ class ModuleHooks:
     def _name(self, module: torch.nn.Module) -> str:
         name = self._names.get(module)
         if name is None:
-            root = self._stack[0][0] if self._stack else module
+            root = self.stack[0][0] if self.stack else module
             self._name_tree(root)
             name = self._names.get(module)
             if name is None:  # created during forward, or called by a module it does not belong to
-                parent = self._stack[-1][1] if self._stack else ""
+                parent = self.stack[-1][1] if self.stack else ""
                 name = f"{parent}.{type(module).__name__}" if parent else type(module).__name__
                 self._names[module] = name
         return name
 
-    def _enter_module(self, module: torch.nn.Module, args: Any) -> None:
+    def enter(self, module: torch.nn.Module, args: Any) -> None:
         """The forward pre-hook's part for ``--probe-level modules``: the call's inputs, summarised now."""
         name = self._name(module)
         if not name or not self._selected(name):
-            self._stack.append((module, name, -1, None))
+            self.stack.append((module, name, -1, None))
             return None
         call = self._calls.get(name, 0)
         self._calls[name] = call + 1
         inputs = [(slot, t, self._stats_of(t)) for slot, t in tensors_in(tuple(args), "input")]
-        self._stack.append((module, name, call, inputs))
+        self.stack.append((module, name, call, inputs))
         return None
 
-    def _modules_off(self) -> bool:
+    def off(self) -> bool:
         """torch < 2.3, once a compiled model ran: its dynamo fails (an AssertionError in the user's
         forward) where module hooks register tensor hooks around compiled regions, so per-module
         records stop (the end record says why); steps are still recorded."""
-        return OLD_DYNAMO and self._compiled_forwards > 0
+        return OLD_DYNAMO and self.compiled_forwards > 0
 
-    def _forward_post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
-        if compiling() or self._modules_off() or not torch.is_grad_enabled() or not self._stack:
+    def forward_post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        """The global forward hook: the call's outputs, and hooks for its gradients."""
+        if compiling() or self.off() or not torch.is_grad_enabled() or not self.stack:
             return None  # inside a compiled region the hook is not traced into the graph
-        while self._stack:  # frames of forwards that raised are dropped
-            frame = self._stack.pop()
+        while self.stack:  # frames of forwards that raised are dropped
+            frame = self.stack.pop()
             if frame[0] is module:
                 break
         else:
@@ -248,17 +269,17 @@ class ModuleHooks:
         for slot, t in tensors_in(output, "output"):
             self._add(name, call, "forward", slot, t.dtype, tuple(t.shape), self._stats_of(t))
             if t.requires_grad:
-                t.register_hook(functools.partial(self._grad_hook, name, call, "grad_" + slot, self._step))
+                t.register_hook(functools.partial(self._grad_hook, name, call, "grad_" + slot, self.position.step))
         for slot, t, _ in inputs:
             if t.requires_grad:
-                t.register_hook(functools.partial(self._grad_hook, name, call, "grad_" + slot, self._step))
+                t.register_hook(functools.partial(self._grad_hook, name, call, "grad_" + slot, self.position.step))
         for pname, param in module._parameters.items():  # named_parameters(recurse=False) without its generator
             if param is None:
                 continue
             known = self._hooked_params.get(id(param))
             if param.requires_grad and (known is None or known() is not param):
                 self._hooked_params[id(param)] = weakref.ref(param)
-                self._param_handles.append(param.register_hook(
+                self.param_handles.append(param.register_hook(
                     functools.partial(self._param_hook, weakref.ref(module), "grad." + pname)))
         return None
 
@@ -285,7 +306,7 @@ class ModuleHooks:
         self._stats.append(stats)
 
     def _grad_hook(self, name: str, call: int, slot: str, step: int, grad: torch.Tensor) -> None:
-        if self._live() and step == self._step and grad is not None:
+        if self._live() and step == self.position.step and grad is not None:
             self._add(name, call, "backward", slot, grad.dtype, tuple(grad.shape), self._stats_of(grad))
 
     def _param_hook(self, module_ref: Any, slot: str, grad: torch.Tensor) -> None:

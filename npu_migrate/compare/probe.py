@@ -37,19 +37,17 @@ import functools
 import io
 import logging
 import os
-import re
 import socket
 import sys
 import threading
 import time
-import weakref
 from typing import Any
 
 import torch
 
 from npu_migrate import fileio, optim_steps, redact
 from npu_migrate.compare import records
-from npu_migrate.compare.module_hooks import ModuleHooks, compiling, is_compiled, outside_compile, unwrapped
+from npu_migrate.compare.module_hooks import ModuleHooks, Position, compiling, is_compiled, outside_compile, unwrapped
 from npu_migrate.compare.settings import ProbeError, ProbeSettings, StepRange, parse_ranks
 from npu_migrate.compare.stats import autocast_dtype, dtype_name, fenced, float32_math, step_records
 from npu_migrate.compare.writer import DeviceFence, RecordWriter
@@ -67,10 +65,11 @@ def _patched_backward(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
     return _ORIGINAL_BACKWARD(tensor, *args, **kwargs)  # type: ignore[misc]
 
 
-class Probe(ModuleHooks):
+class Probe:
     """Records this process's training to ``DIR/rank{R}.jsonl`` while started.
 
-    Its per-module hooks (``level="modules"``) are :class:`~npu_migrate.compare.module_hooks.ModuleHooks`'s.
+    Its per-module hooks (``level="modules"``) are a :class:`~npu_migrate.compare.module_hooks.ModuleHooks`
+    it holds (``self.modules``), which reads the rank and step from the probe's :class:`.Position`.
 
     Args:
         directory: a directory, or complete :class:`ProbeSettings`.
@@ -97,26 +96,16 @@ class Probe(ModuleHooks):
                 directory=str(directory), level=level, modules=modules,  # type: ignore[arg-type]
                 steps=StepRange.parse(steps), ranks=parse_ranks(ranks) if isinstance(ranks, (str, type(None)))
                 else tuple(sorted(ranks)), append=append, seed_checkpoint=seed_checkpoint, no_dropout=no_dropout)
-        self._pattern = re.compile(self.settings.modules) if self.settings.modules else None
-        self._modules_level = self.settings.level == "modules"
         self._managed = _managed  # armed by a launcher, which already checked the directory
         self._lock = threading.Lock()
         self._handles: list[Any] = []
-        self._param_handles: list[Any] = []
-        self._hooked_params: dict[int, Any] = {}  # id -> weakref (tensors compare by value, not identity)
-        self._names: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-        self._selected_names: dict[str, bool] = {}
-        self._layouts: dict[tuple, int] = {}
         self._writer: RecordWriter | None = None
         self._pid: int | None = None
-        self._rank = 0
-        self._world_size = 1
+        self._position = Position()  # rank, world size, optimizer steps done: written here, read by the hooks
+        self.modules = ModuleHooks(self.settings, self._position, live=self._live, opened=self._open)
         self._device_type = "cpu"
         self._closed = False
         self._seed_done = not self.settings.seed_checkpoint
-        self._step = 0  # optimizer steps done
-        self._module_records = 0
-        self._compiled_forwards = 0  # calls of a torch.compile'd model: its modules are not recorded
         self._seen_steps_with_modules = 0
         self._warned_pattern = False
         self._reset_step()
@@ -143,8 +132,8 @@ class Probe(ModuleHooks):
             optim_steps.watch(before=self._before_step, after=self._after_step),
             nn_module.register_module_forward_pre_hook(outside_compile(self._forward_pre)),
         ]
-        if self._modules_level:
-            self._handles.append(nn_module.register_module_forward_hook(outside_compile(self._forward_post)))
+        if self.modules.enabled:
+            self._handles.append(nn_module.register_module_forward_hook(outside_compile(self.modules.forward_post)))
         _ORIGINAL_BACKWARD = torch.Tensor.backward
         torch.Tensor.backward = functools.wraps(_ORIGINAL_BACKWARD)(_patched_backward)  # type: ignore[method-assign]
         _ACTIVE = self
@@ -158,9 +147,9 @@ class Probe(ModuleHooks):
         """
         global _ACTIVE, _ORIGINAL_BACKWARD
         reasons = self.close()
-        for handle in self._handles + self._param_handles:
+        for handle in self._handles + self.modules.param_handles:
             handle.remove()
-        self._handles, self._param_handles = [], []
+        self._handles, self.modules.param_handles = [], []
         if _ACTIVE is self:
             if _ORIGINAL_BACKWARD is not None:
                 torch.Tensor.backward = _ORIGINAL_BACKWARD  # type: ignore[method-assign]
@@ -188,20 +177,20 @@ class Probe(ModuleHooks):
                 return []
             self._closed = True
             try:
-                modules = self._take_modules(self._step + 1)
+                modules = self.modules.take(self._position.step + 1)
                 if modules is not None:
                     fence = DeviceFence.create(self._device_type) if self._writer.threaded else None
                     self._writer.put(functools.partial(fenced, fence, modules))
             except Exception as exc:  # noqa: BLE001 - at exit, keep what is there
                 logger.warning("probe: could not write the last module statistics: %s", exc)
-            reasons = self._unmatched()
+            reasons = self.modules.unmatched()
             try:
-                self._writer.put({"kind": "end", "time": time.time(), "steps": self._step,
-                                  "level": self.settings.level, "module_records": self._module_records,
+                self._writer.put({"kind": "end", "time": time.time(), "steps": self._position.step,
+                                  "level": self.settings.level, "module_records": self.modules.records,
                                   "unmatched": reasons})
             finally:
                 self._writer.close()  # every pending record written, the writer thread joined
-            return reasons if self._rank_selected() else []
+            return reasons if self.modules.rank_selected() else []
 
     # ------------------------------------------------------------------ the file
 
@@ -217,12 +206,12 @@ class Probe(ModuleHooks):
         import torch.distributed as dist
 
         if dist.is_available() and dist.is_initialized():
-            self._rank, self._world_size = dist.get_rank(), dist.get_world_size()
+            self._position.rank, self._position.world_size = dist.get_rank(), dist.get_world_size()
         else:
-            self._rank = int(os.environ.get("RANK", "0"))
-            self._world_size = int(os.environ.get("WORLD_SIZE", "1"))
+            self._position.rank = int(os.environ.get("RANK", "0"))
+            self._position.world_size = int(os.environ.get("WORLD_SIZE", "1"))
         os.makedirs(self.settings.directory, exist_ok=True)
-        path = os.path.join(self.settings.directory, f"rank{self._rank}.jsonl")
+        path = os.path.join(self.settings.directory, f"rank{self._position.rank}.jsonl")
         if os.path.exists(path) and not (self.settings.append or self._managed):
             self._closed = True
             raise ProbeError(f"probe file {path!r} already exists; nothing was overwritten. Choose a new directory, "
@@ -244,7 +233,7 @@ class Probe(ModuleHooks):
         from npu_migrate import __version__
 
         self._writer.put({
-            "kind": "header", "format": records.FORMAT, "rank": self._rank, "world_size": self._world_size,
+            "kind": "header", "format": records.FORMAT, "rank": self._position.rank, "world_size": self._position.world_size,
             "local_rank": int(os.environ.get("LOCAL_RANK", "0")), "node_rank": int(os.environ.get("NODE_RANK", "0")),
             "host": socket.gethostname(), "pid": self._pid, "time": time.time(),
             "device": self._device_type, "device_name": device_name,
@@ -284,12 +273,7 @@ class Probe(ModuleHooks):
         self._autocast: str | None = None
         self._float32: str | None = None
         self._float32_read = False  # once per step: the forward pre-hook is a hot path
-        self._calls: dict[str, int] = {}
-        self._grad_calls: dict[tuple[str, str], int] = {}
-        self._entries: list[tuple[str, int, str, str, str, tuple[int, ...]]] = []
-        self._stats: list[torch.Tensor] = []
-        self._stack: list[tuple[Any, ...]] = []
-        self._last: tuple[torch.Tensor, int, torch.Tensor] | None = None
+        self.modules.reset_step()
 
     def _note_loss(self, tensor: torch.Tensor) -> None:
         if self._open():
@@ -317,16 +301,17 @@ class Probe(ModuleHooks):
         if not self._open():
             return
         with self._lock:
-            step = self._step + 1
-            modules = self._take_modules(step)
+            step = self._position.step + 1
+            modules = self.modules.take(step)
             fence = DeviceFence.create(self._device_type) if self._writer.threaded else None
             self._writer.put(functools.partial(step_records, fence, step, self._losses, self._grad_parts, self._lr,
                                                self._autocast, modules, self._float32))
-            self._step = step
-            if self._modules_level and self._pattern is not None and not self._warned_pattern and self._selected_names \
-                    and not any(self._selected_names.values()) and self._rank_selected():
+            self._position.step = step
+            hooks = self.modules
+            if hooks.enabled and hooks.pattern is not None and not self._warned_pattern and hooks.selected_names \
+                    and not any(hooks.selected_names.values()) and hooks.rank_selected():
                 self._warned_pattern = True
-                names = sorted(self._selected_names)
+                names = sorted(hooks.selected_names)
                 print(f"npu-migrate probe: warning: --probe-modules {self.settings.modules!r} matched none of the "
                       f"{len(names)} modules seen in step {step} ({', '.join(names[:8])}); this will be an error "
                       "at exit", file=sys.stderr, flush=True)
@@ -338,8 +323,8 @@ class Probe(ModuleHooks):
             # region dynamo would trace the hook into the graph (or fail on it, fullgraph=True).
             return None
         if is_compiled(module):  # its own call runs eagerly; the modules inside run compiled
-            self._compiled_forwards += 1
-        if not self._seed_done and not self._stack:
+            self.modules.compiled_forwards += 1
+        if not self._seed_done and not self.modules.stack:
             self._seed(module)
         if self.settings.no_dropout and isinstance(module, torch.nn.modules.dropout._DropoutNd) and module.p:
             module.p = 0.0
@@ -347,11 +332,11 @@ class Probe(ModuleHooks):
             self._autocast = autocast_dtype(self._device_type)
         if not self._float32_read:
             self._float32, self._float32_read = float32_math(self._device_type), True
-        if not self._modules_level or self._modules_off():
+        if not self.modules.enabled or self.modules.off():
             return None
         if not self._open():
             return None
-        return self._enter_module(module, args)
+        return self.modules.enter(module, args)
 
     # ------------------------------------------------------------------ comparable runs
 
@@ -378,7 +363,7 @@ class Probe(ModuleHooks):
                 raise ProbeError(f"--probe-seed-checkpoint {path!r} does not fit {type(model).__name__}: {first}. "
                                  "It must come from the same model; delete it to save a new one.") from exc
             logger.info("probe: initial weights of %s loaded from %s", type(model).__name__, path)
-        elif self._rank == 0:
+        elif self._position.rank == 0:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
             buffer = io.BytesIO()
             torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, buffer)

@@ -112,7 +112,7 @@ def test_stopping_waits_a_bounded_time_for_a_worker_that_survives_sigkill() -> N
     import subprocess
     import types
 
-    from npu_migrate.launch.procs import supervisor
+    from npu_migrate.launch.procs.ranks import RankProcesses
     from npu_migrate.launch.signals import REAP_AFTER_KILL_S
 
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
@@ -126,9 +126,9 @@ def test_stopping_waits_a_bounded_time_for_a_worker_that_survives_sigkill() -> N
             self.timeouts.append(timeout)
 
     try:
-        stub = types.SimpleNamespace(_stopped=set(), signals=types.SimpleNamespace(count=0), _context=object())
+        stub = types.SimpleNamespace(stopped=set(), signals=types.SimpleNamespace(count=0), _context=object())
         procs = [Unkillable()]
-        supervisor.Job._stop(stub, procs, grace=0)  # type: ignore[arg-type]
+        RankProcesses.stop(stub, procs, grace=0)  # type: ignore[arg-type]
         assert len(procs[0].timeouts) == 1 and 0 <= procs[0].timeouts[0] <= REAP_AFTER_KILL_S
         assert stub._context is None
     finally:

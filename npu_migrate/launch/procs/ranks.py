@@ -1,11 +1,13 @@
 """This node's ranks of one attempt: start them, watch them, stop them, and read how each ended.
 
-Usage (the supervisor's :class:`~.supervisor.Job` is one)::
+Usage (the supervisor's :class:`~.supervisor.Job` holds one as ``job.ranks``)::
 
-    procs = job._start(attempt)           # torch.multiprocessing.start_processes over the fork server
-    watched, detail = job._watch(procs)   # Watched.OK / FAILED / EVENT / SIGNAL / HANG, and its detail
-    job._stop(procs)                      # SIGTERM to every worker's group, SIGKILL after the grace period
-    failure = job._failure_of(local, proc)   # what the rank's error record (or its exit) says
+    cfg, specs = torchrun_logs(cfg)       # torchrun's log layout, where its flags ask for it
+    ranks = RankProcesses(cfg, target, start_method, signals, run_dir, watch, specs)
+    procs = ranks.start(attempt, cfg)     # torch.multiprocessing.start_processes over the fork server
+    watched, detail = ranks.wait(procs, board)   # Watched.OK / FAILED / EVENT / SIGNAL / HANG, and its detail
+    ranks.stop(procs)                     # SIGTERM to every worker's group, SIGKILL after the grace period
+    failure = ranks.failure_of(local, proc)   # what the rank's error record (or its exit) says
 
 Each worker runs in its own process group; the launcher signals the group, so whatever a rank
 started goes with it. A rank's Python error is its record in the run directory
@@ -46,7 +48,7 @@ logger = logging.getLogger(__name__)
 
 
 class Watched(Enum):
-    """How watching one attempt's ranks ended (:meth:`Job._watch`)."""
+    """How watching one attempt's ranks ended (:meth:`RankProcesses.wait`)."""
 
     OK = "ok"
     """Every rank exited with 0."""
@@ -60,49 +62,60 @@ class Watched(Enum):
     """A hang with ``--hang-action end`` (the detail is the :class:`.watchdog.Hang`)."""
 
 
+def torchrun_logs(cfg: LaunchConfig) -> tuple[LaunchConfig, Any]:
+    """torchrun's layout, where its flags ask for it (:mod:`.logs_layout`): ``cfg`` with the layout's
+    root as its log dir, and the layout's specs (None: no layout)."""
+    if not cfg.output.logs.active:
+        return cfg, None
+    specs = logs_layout.make_specs(cfg.output.logs, cfg.log_dir, cfg.output.ranks_filter)
+    return replace(cfg, log_dir=specs.root_log_dir), specs
+
 
 class RankProcesses:
-    """This node's worker processes, attempt after attempt (the base of :class:`~.supervisor.Job`)."""
+    """This node's worker processes, attempt after attempt (held by :class:`~.supervisor.Job` as ``job.ranks``).
 
-    cfg: LaunchConfig
-    target: Target
-    start_method: str
-    signals: Signals
-    error_dir: str
-    watch: HangWatch
-    board: Any
+    Args:
+        cfg: the job's settings (each :meth:`start` passes the current ones: the rendezvous may
+            assign the node rank after this is made).
+        target: what each worker runs.
+        start_method: ``forkserver`` or ``spawn`` (:func:`.forkserver.start_fork_server`).
+        signals: the launcher's signal state (a second signal ends a stop's grace period).
+        error_dir: the run directory (:mod:`.rundir`).
+        watch: this node's hang watch, started over each attempt's ranks.
+        logs_specs: torchrun's log layout (:func:`torchrun_logs`), or None.
+    """
 
-    def __init__(self) -> None:
+    def __init__(self, cfg: LaunchConfig, target: Target, start_method: str, signals: Signals, error_dir: str,
+                 watch: HangWatch, logs_specs: Any = None) -> None:
+        self.cfg = cfg
+        self.target = target
+        self.start_method = start_method
+        self.signals = signals
+        self.error_dir = error_dir
+        self.watch = watch
+        self.logs_specs = logs_specs
         self.procs: list[Any] = []
         self.relay: Relay | None = None
         self.attempt = 0
         self._context: Any = None
         self._exit_seen: dict[int, float] = {}
-        self._last_procs: list[Any] = []
-        self._stopped: set[int] = set()
-        self.logs_specs: Any = None  # torchrun's layout (:mod:`.logs_layout`), made by the Job when asked for
+        self.last_procs: list[Any] = []  # the last attempt's workers, for the report
+        self.stopped: set[int] = set()  # local ranks the launcher stopped in the last attempt
         self._dest: logs_layout.Destinations | None = None
         self.events: elastic_events.Recorder | None = None
         self._began = time.monotonic()
 
-    def _torchrun_logs(self, cfg: LaunchConfig) -> LaunchConfig:
-        """torchrun's layout, where its flags ask for it: made once, its root the job's log dir (:mod:`.logs_layout`)."""
-        if not cfg.output.logs.active:
-            return cfg
-        self.logs_specs = logs_layout.make_specs(cfg.output.logs, cfg.log_dir, cfg.output.ranks_filter)
-        return replace(cfg, log_dir=self.logs_specs.root_log_dir)
-
-    def _grace(self, default: float) -> float:
+    def grace(self, default: float) -> float:
         """Seconds between the stop signal and SIGKILL: ``--shutdown-timeout``, else ``default``."""
         timeout = self.cfg.torchrun.shutdown_timeout
         return default if timeout is None else timeout
 
-    def _record_end(self, code: int) -> None:
+    def record_end(self, code: int) -> None:
         """``--event-log-handler``: each rank's end state, then the job's (:mod:`.elastic_events`)."""
         if self.events is None:
             return
         try:
-            self.events.ended(self._last_procs, code, self.attempt, int(time.monotonic() - self._began), self._stopped)
+            self.events.ended(self.last_procs, code, self.attempt, int(time.monotonic() - self._began), self.stopped)
         except Exception:  # noqa: BLE001 - a handler's failure must not hide why the job ended
             logger.exception("could not record the torchelastic events")
 
@@ -121,13 +134,15 @@ class RankProcesses:
                 "stdout.log, stderr.log, error.json)")
         return self._dest.error_files
 
-    def _start(self, attempt: int) -> list[Any]:
+    def start(self, attempt: int, cfg: LaunchConfig) -> list[Any]:
+        """Start this attempt's workers with the job's current settings ``cfg``; return them."""
         import torch.multiprocessing as mp
 
-        self._drain()
+        self.cfg = cfg
+        self.drain()
         rundir.new_attempt(self.error_dir)
         self._exit_seen = {}
-        self._stopped = set()
+        self.stopped = set()
         self.attempt = attempt
         cfg = replace(self.cfg, error_files=self._attempt_files(attempt))
         if self.cfg.output.relay:
@@ -145,14 +160,14 @@ class RankProcesses:
             start_method=self.start_method,
         )
         self.procs = list(self._context.processes)
-        self._last_procs = self.procs
+        self.last_procs = self.procs
         self.watch.start(self.procs)
         if self.events is None:
             self.events = elastic_events.Recorder(self.cfg)
         self.events.started(self.procs, attempt)
         return self.procs
 
-    def _stop(self, procs: list[Any], sig: int = signal.SIGTERM, grace: float | None = None) -> None:
+    def stop(self, procs: list[Any], sig: int = signal.SIGTERM, grace: float | None = None) -> None:
         """Signal every live worker's group, then SIGKILL what is left after the grace period.
 
         ``grace``: seconds (None: ``--shutdown-timeout``, else :data:`.signals.STOP_GRACE_S`).
@@ -172,8 +187,8 @@ class RankProcesses:
                             pass
 
         if grace is None:
-            grace = self._grace(STOP_GRACE_S)
-        self._stopped.update(i for i, p in enumerate(procs) if p.exitcode is None)
+            grace = self.grace(STOP_GRACE_S)
+        self.stopped.update(i for i, p in enumerate(procs) if p.exitcode is None)
         send(sig)
         deadline = time.monotonic() + grace
         seen = self.signals.count
@@ -196,13 +211,13 @@ class RankProcesses:
                 pass
         self._context = None
 
-    def _drain(self) -> None:
+    def drain(self) -> None:
         """Every worker is gone: relay the rest of their output before the launcher says more."""
         if self.relay is not None:
             relay, self.relay = self.relay, None
             relay.drain()
 
-    def _failure_of(self, local: int, proc: Any) -> Failure:
+    def failure_of(self, local: int, proc: Any) -> Failure:
         rank = self.cfg.rank(local)
         if self._dest is not None:  # torchrun's layout: the stream files that hold the rank's output
             log = self._dest.log_of(local)
@@ -221,8 +236,10 @@ class RankProcesses:
                        traceback=stacks.fatal_stack(self.error_dir, rank) or None,
                        time=self._exit_seen.get(local, time.time()))
 
-    def _watch(self, procs: list[Any]) -> tuple[Watched, Any]:
+    def wait(self, procs: list[Any], board: Any = None) -> tuple[Watched, Any]:
         """Wait for the workers; return how it ended, and its detail (see :class:`Watched`).
+
+        ``board``: the multi-node job's board (:mod:`.board`), whose events end the wait; None on one node.
 
         This stays a loop: it waits on the workers' sentinels, but a signal, SIGUSR1, the flight
         records and the board have no descriptor to wait on beside them, so they are looked at
@@ -244,14 +261,14 @@ class RankProcesses:
                 # The first failure: causes before consequences (a peer's closed connection), then
                 # by when it happened (a Python error's time is the rank's own, a death's is when
                 # the launcher saw it).
-                candidates = [self._failure_of(i, p) for i, p in failed]
+                candidates = [self.failure_of(i, p) for i, p in failed]
                 return Watched.FAILED, min(candidates, key=lambda f: (*order(f.record()), f.rank))
             if all(p.exitcode == 0 for p in procs):
                 return Watched.OK, None
             hang = self.watch.poll()
             if hang is not None and self.cfg.hang_action == "end":
                 return Watched.HANG, hang
-            if self.board is not None:
-                event = self.board.event()
+            if board is not None:
+                event = board.event()
                 if event is not None:
                     return Watched.EVENT, event

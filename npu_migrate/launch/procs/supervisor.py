@@ -45,7 +45,7 @@ from npu_migrate.launch.errors import LaunchError, first_line, quiet_torch_elast
 from npu_migrate.launch.procs.failure import Failure, exit_signal, explain
 from npu_migrate.launch.procs.forkserver import stop_fork_server
 from npu_migrate.launch.hangs.watchdog import HangWatch
-from npu_migrate.launch.procs.ranks import RankProcesses, Watched
+from npu_migrate.launch.procs.ranks import RankProcesses, Watched, torchrun_logs
 from npu_migrate.launch.nodes.records import Event, EventKind, FailureKind, JobEvent, WireEnum
 from npu_migrate.launch.signals import SIGNAL_GRACE_S, Interrupted, Signals
 from npu_migrate.textsafe import printable
@@ -86,13 +86,12 @@ class _Ended(Exception):
         self.code = code
 
 
-class Job(RankProcesses):
-    """One launcher's job: this node's workers over every attempt, phase by phase."""
+class Job:
+    """One launcher's job: this node's workers (:attr:`ranks`) over every attempt, phase by phase."""
 
     def __init__(self, cfg: LaunchConfig, target: Target, start_method: str) -> None:
-        super().__init__()
-        self.cfg = cfg = self._torchrun_logs(cfg)  # --redirects, --tee VALUE: their root is the log dir
-        self.target = target
+        cfg, logs_specs = torchrun_logs(cfg)  # --redirects, --tee VALUE: their root is the log dir
+        self.cfg = cfg
         self.start_method = start_method
         self.signals = Signals(cfg.torchrun.stop_signals)
         self.membership: Any = None  # this launcher's membership in a multi-node job (:mod:`.membership`)
@@ -101,6 +100,7 @@ class Job(RankProcesses):
         # The run directory: the ranks' error records, flight records and stack dumps (:mod:`.rundir`).
         self.error_dir = rundir.create()
         self.watch = HangWatch(cfg, self.error_dir, self.signals)
+        self.ranks = RankProcesses(cfg, target, start_method, self.signals, self.error_dir, self.watch, logs_specs)
         self._first_record: dict[str, Any] | None = None
         self._outcome = Outcome.STARTING
         # Node 0 serves MASTER_PORT for every rank, on the job's address only (:mod:`.servers`).
@@ -147,14 +147,14 @@ class Job(RankProcesses):
 
     def _tear_down(self, code: int | None) -> None:
         """Every worker reaped, the report written, the node rank given back, the run directory removed."""
-        if self.procs:
-            self._stop(self.procs, signal.SIGKILL, 0)
+        if self.ranks.procs:
+            self.ranks.stop(self.ranks.procs, signal.SIGKILL, 0)
         try:
             self._write_report(1 if code is None else code)
         except Exception:  # noqa: BLE001 - the report must not hide why the job ended
             logger.exception("could not write the report")
-        self._record_end(1 if code is None else code)  # --event-log-handler
-        self._drain()
+        self.ranks.record_end(1 if code is None else code)  # --event-log-handler
+        self.ranks.drain()
         if self.membership is not None:
             self.membership.close()
         if self.ranks_store is not None:
@@ -169,12 +169,12 @@ class Job(RankProcesses):
             return
         first = self._first_record
         ranks = []
-        for local, proc in enumerate(self._last_procs):
+        for local, proc in enumerate(self.ranks.last_procs):
             rank = cfg.rank(local)
-            failure = self._failure_of(local, proc) if proc.exitcode not in (None, 0) else None
+            failure = self.ranks.failure_of(local, proc) if proc.exitcode not in (None, 0) else None
             is_first = bool(first and first.get("kind", FailureKind.RANK) == FailureKind.RANK
                             and first.get("rank") == rank)
-            stopped = local in self._stopped and not is_first
+            stopped = local in self.ranks.stopped and not is_first
             ranks.append(report.RankExit(
                 rank=rank, local_rank=local, node_rank=cfg.node_rank, pid=proc.pid, exit_code=proc.exitcode,
                 signal=exit_signal(proc.exitcode), stopped_by_launcher=stopped, first_failure=is_first,
@@ -189,13 +189,13 @@ class Job(RankProcesses):
 
     def _interrupted(self, sig: int) -> int:
         name = signal.Signals(sig).name
-        running = [p for p in self.procs if p.exitcode is None]
-        if self.procs:
+        running = [p for p in self.ranks.procs if p.exitcode is None]
+        if self.ranks.procs:
             say(f"received {name}: stopping {len(running)} running rank(s) on node {self.cfg.node_rank}.")
             if self.board is not None and self.phase in (Phase.RUNNING, Phase.FINISHING):
                 self.board.abort(f"the launcher of node {self.cfg.node_rank} ({self.membership.js.host}) received {name}")
-            self._stop(self.procs, sig, self._grace(SIGNAL_GRACE_S))
-            self._drain()
+            self.ranks.stop(self.ranks.procs, sig, self.ranks.grace(SIGNAL_GRACE_S))
+            self.ranks.drain()
         else:
             say(f"received {name} while {self.phase.value}: stopped; no rank is left running on node "
                 f"{self.cfg.node_rank}.")
@@ -292,12 +292,12 @@ class Job(RankProcesses):
     def _run(self, attempt: int) -> tuple[Watched, Any]:
         """Phase 3: start the ranks, watch them; on success wait for every node's ranks (finishing)."""
         self._enter(Phase.RUNNING)
-        procs = self._start(attempt)
-        watched, detail = self._watch(procs)
+        procs = self.ranks.start(attempt, self.cfg)
+        watched, detail = self.ranks.wait(procs, self.board)
         if watched is Watched.FAILED and self.board is not None:
             watched, detail = self._cause_of(detail)
         if watched is Watched.OK:
-            self._drain()
+            self.ranks.drain()
             if self.board is not None:
                 self._enter(Phase.FINISHING)
                 try:
@@ -311,17 +311,17 @@ class Job(RankProcesses):
         cfg, board = self.cfg, self.board
         if watched is Watched.OK:
             self._outcome = Outcome.OK
-            self.procs = []
+            self.ranks.procs = []
             raise _Ended(0)
         if watched is Watched.SIGNAL:
             raise Interrupted(self.signals.received or signal.SIGTERM)
-        procs = self.procs
+        procs = self.ranks.procs
         running = sum(p.exitcode is None for p in procs)
         if watched is Watched.EVENT and detail.kind is EventKind.ABORT:
             self._outcome = Outcome.ABORTED
             self._first_record = {"kind": FailureKind.ABORT, "message": detail.message}
-            self._stop(procs)
-            self._drain()
+            self.ranks.stop(procs)
+            self.ranks.drain()
             say(f"error: {detail.message}")
             raise _Ended(1)
         if watched is Watched.HANG and board is not None:
@@ -329,9 +329,9 @@ class Job(RankProcesses):
         headline, lines, restartable = self._explain(watched, detail)
         self._outcome = Outcome.HANG if (self._first_record or {}).get("kind") == FailureKind.HANG else Outcome.FAILED
         self._enter(Phase.STOPPING)
-        self._stop(procs)
-        self._drain()
-        self.procs = []
+        self.ranks.stop(procs)
+        self.ranks.drain()
+        self.ranks.procs = []
         if self.signals.received is not None:  # asked to stop while tearing down
             raise Interrupted(self.signals.received)
         say(headline)
@@ -372,7 +372,7 @@ class Job(RankProcesses):
     def _cause_of(self, failure: Failure) -> tuple[Watched, Any]:
         """A rank's failure, or what caused it: a lost node its connection error names, or an abort.
 
-        Returns ``(FAILED, failure)`` or ``(EVENT, Event)``, as :meth:`_watch` does
+        Returns ``(FAILED, failure)`` or ``(EVENT, Event)``, as :meth:`.RankProcesses.wait` does
         (:meth:`.Board.lost_peer`).
         """
         try:
