@@ -108,3 +108,42 @@ def test_multi_get_through_the_wrappers_unpads_and_checks() -> None:
     raw.set("c", pad("forged"))
     with pytest.raises(values.UnauthenticatedValue):
         signed.multi_get(["a", "c"])
+
+
+def test_a_call_left_blocked_neither_hides_errors_nor_holds_the_exit() -> None:
+    """run_interruptibly and JobStore.quietly run the call in a daemon thread behind a Future: its
+    TimeoutError is re-raised as itself (not taken for a wait that timed out), and a call still
+    blocked when the launcher gives up on it does not keep the process from exiting, as a
+    ThreadPoolExecutor's worker would."""
+    import subprocess
+    import sys
+
+    script = """
+import threading
+from npu_migrate.launch.signals import Signals, in_daemon_thread, run_interruptibly
+
+def late():
+    raise TimeoutError("the call's own")
+
+try:
+    run_interruptibly(late, Signals(), "t")
+except TimeoutError as exc:
+    print("raised:", exc)
+
+class GaveUp(Exception):
+    pass
+
+def give_up():
+    raise GaveUp()
+
+blocked = threading.Event()
+try:
+    run_interruptibly(blocked.wait, Signals(), "blocked", also=give_up)
+except GaveUp:
+    print("gave up")
+in_daemon_thread(blocked.wait, "blocked")
+print("exiting")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["raised: the call's own", "gave up", "exiting"], done.stdout
