@@ -8,7 +8,7 @@ Usage::
     export_bootstrap()                      # every Python process started from now on runs the bootstrap
 
 Runtime migration (:mod:`npu_migrate.migrate.hook`) and the ``--probe`` recording
-(:mod:`npu_migrate.compare._hook`) both arm themselves this way from the bootstrap
+(:mod:`npu_migrate.compare.recording._hook`) both arm themselves this way from the bootstrap
 ``sitecustomize``. One finder on ``sys.meta_path`` watches for ``torch`` only, lets it import as
 usual, runs the callbacks in the order they were added once ``torch/__init__.py`` has run, and
 steps aside. Processes that never import torch pay nothing.

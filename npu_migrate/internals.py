@@ -123,24 +123,24 @@ INTERNALS: tuple[Internal, ...] = (
        "the flight record marks the end of a backward pass from inside it"),
     _I("torch.nn.modules.batchnorm._BatchNorm.forward", "migrate/patches/distributed.py",
        "SyncBatchNorm on the CPU target runs the plain batch norm forward"),
-    _I("torch._utils.is_compiling", "compare/module_hooks.py",
+    _I("torch._utils.is_compiling", "compare/recording/module_hooks.py",
        "the probe's module hooks do nothing where dynamo traces them (a constant there); torch >= 2.3 "
        "has torch.compiler.is_compiling", until="2.2"),
-    _I("torch._dynamo.eval_frame.OptimizedModule._orig_mod", "compare/module_hooks.py",
+    _I("torch._dynamo.eval_frame.OptimizedModule._orig_mod", "compare/recording/module_hooks.py",
        "the model inside torch.compile's wrapper: module names are the model's own (and the seed "
        "checkpoint its state), as for DDP", probe=_compiled_module),
-    _I("torch._dynamo.skipfiles.add", "compare/module_hooks.py",
+    _I("torch._dynamo.skipfiles.add", "compare/recording/module_hooks.py",
        "torch 2.1's dynamo compiles every frame a compiled model calls: the probe's files go on its skip "
        "list; without it, a helper of the probe's hooks could be compiled", until="2.2"),
-    _I("torch._subclasses.fake_tensor.FakeTensor", "compare/module_hooks.py",
+    _I("torch._subclasses.fake_tensor.FakeTensor", "compare/recording/module_hooks.py",
        "torch 2.1's dynamo runs a module's hooks on fake tensors to learn its outputs: the probe's do nothing "
        "there", until="2.2"),
-    _I("torch.nn.modules.dropout._DropoutNd", "compare/probe.py",
+    _I("torch.nn.modules.dropout._DropoutNd", "compare/recording/probe.py",
        "--no-dropout finds every dropout module by their common base class"),
-    _I("torch.nn.Module._parameters", "compare/module_hooks.py",
+    _I("torch.nn.Module._parameters", "compare/recording/module_hooks.py",
        "a module's own parameters, read once per hooked call without named_parameters()'s generator "
        "(the probe's cost per module)", probe=_module),
-    _I("torch.Tensor._values", "compare/probe.py", "a sparse gradient's values, recorded like a dense one"),
+    _I("torch.Tensor._values", "compare/recording/probe.py", "a sparse gradient's values, recorded like a dense one"),
     _I("torch.ops.aten.add.Tensor._schema", ("ops/record.py", "ops/follow.py"),
        "an operator overload's schema name (OpOverload._schema), as the audit reports it; its arguments' "
        "types and whether it mutates them, for following a composite kernel"),

@@ -202,7 +202,7 @@ INTERRUPT = [  # where the command is busy when Ctrl-C comes
     ("env", ["env"], "npu_migrate.env", "collect"),
     ("smoke", ["smoke", "--device", "cpu", "--nproc", "1"], "npu_migrate.launch", "spawn"),
     ("launch", ["launch", "--dry-run", "--device", "cpu", "{ok}"], "npu_migrate.launch.cli", "world_table"),
-    ("run", ["run", "--device", "cpu", "{ok}"], "npu_migrate.compare.settings", "from_args"),
+    ("run", ["run", "--device", "cpu", "{ok}"], "npu_migrate.compare.recording.settings", "from_args"),
     ("port", ["port", "{cuda}"], "npu_migrate.port.cli", "port_paths"),
     ("check", ["check", "{cuda}"], "npu_migrate.port.cli", "port_paths"),
     ("ops", ["ops", "{ok}"], "npu_migrate.ops.cli", "audit"),

@@ -330,7 +330,7 @@ def test_every_name_in_use_is_simulated(version: str) -> None:
 @pytest.mark.parametrize("version", compared_versions())
 def test_the_hf32_switches_the_probe_reads_are_the_release_ones(version: str) -> None:
     """The probe notes HF32 steps from ``torch.npu.conv.allow_hf32`` and ``torch.npu.matmul.allow_hf32``."""
-    from npu_migrate.compare.stats import HF32_SWITCHES
+    from npu_migrate.compare.recording.stats import HF32_SWITCHES
 
     rel = release(version)
     tree = ast.parse(rel.read_text("torch_npu/npu/__init__.py"))

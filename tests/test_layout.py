@@ -78,7 +78,7 @@ TORCH_FREE_AT_IMPORT = (
     "npu_migrate/registry.py", "npu_migrate/log.py", "npu_migrate/textsafe.py", "npu_migrate/redact.py",
     "npu_migrate/fileio.py", "npu_migrate/autoload.py", "npu_migrate/_exit.py", "npu_migrate/_torch_hook.py",
     "npu_migrate/_bootstrap/sitecustomize.py", "npu_migrate/migrate/hook.py", "npu_migrate/migrate/environment.py",
-    "npu_migrate/compare/_hook.py", "npu_migrate/compare/settings.py", "npu_migrate/launch/hangs/stacks.py",
+    "npu_migrate/compare/recording/_hook.py", "npu_migrate/compare/recording/settings.py", "npu_migrate/launch/hangs/stacks.py",
     "npu_migrate/npu_lines.py", "npu_migrate/failure_hints.py", "npu_migrate/releases/",
     # torch inside functions only
     "npu_migrate/env.py", "npu_migrate/smoke.py", "npu_migrate/migrate/cli.py",
@@ -95,10 +95,10 @@ NO_TORCH = ("npu_migrate/port/", "npu_migrate/cuda_api", "npu_migrate/compare/",
 NO_TORCH_EXCEPT = {
     "npu_migrate/data/cache.py": "the node's download collective (torch.distributed inside functions)",
     # compare/'s recorder runs in the ranks, torch at import; its readers never import torch
-    "npu_migrate/compare/probe.py": "the recorder",
-    "npu_migrate/compare/module_hooks.py": "the recorder's per-module hooks",
-    "npu_migrate/compare/stats.py": "the recorder's statistics, on the device",
-    "npu_migrate/compare/writer.py:create": "the recorder's device fence (torch.cuda.Event, torch.npu.Event)",
+    "npu_migrate/compare/recording/probe.py": "the recorder",
+    "npu_migrate/compare/recording/module_hooks.py": "the recorder's per-module hooks",
+    "npu_migrate/compare/recording/stats.py": "the recorder's statistics, on the device",
+    "npu_migrate/compare/recording/writer.py:create": "the recorder's device fence (torch.cuda.Event, torch.npu.Event)",
     # "path:function": torch inside that function only (a path names a module, or a package without ".py")
     "npu_migrate/cuda_api:public_names": "reads torch.cuda's names for the tests",
     "npu_migrate/cuda_api:device_apis": "reads torch's functions for the tests",

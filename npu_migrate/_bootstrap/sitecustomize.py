@@ -68,7 +68,7 @@ def _arm() -> None:
             sys.stderr.write(f"npu_migrate: runtime migration hook failed: {exc}\n")
     if os.environ.get("NPU_MIGRATE_PROBE"):
         try:
-            from npu_migrate.compare._hook import arm as _arm_probe
+            from npu_migrate.compare.recording._hook import arm as _arm_probe
 
             _arm_probe()
         except Exception as exc:  # noqa: BLE001 - a broken hook must not stop the interpreter

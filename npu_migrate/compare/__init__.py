@@ -10,21 +10,16 @@ Usage::
 
 Names resolve on first use, so reading and comparing recordings never imports torch.
 
-Recording, in the ranks (torch at import: the recorder; the rest standard library only):
+Modules:
 
-* :mod:`.probe`: the recorder: torch's global hooks, each optimizer step, the seed checkpoint.
-* :mod:`.module_hooks`: the probe's per-module hooks (``--probe-level modules``): names, selection, tensors.
-* :mod:`.stats`: what is computed per tensor on its device, and how a step's statistics become records.
-* :mod:`.writer`: appending the records to a rank's file: in order, whole lines, inline or from a thread.
-* :mod:`.settings`: what a probe records and where: its flags, environment variables, directory checks.
-* :mod:`._hook`: arms the probe in a new interpreter when ``NPU_MIGRATE_PROBE`` is set (torch-free).
+* :mod:`.recording`: what runs in the ranks to record a run (the probe, its per-module hooks, the
+  statistics, the writer, the settings, the start-up hook); torch at import for the recorder only.
+* :mod:`.reading`: the torch-free readers that compare two runs (sources, alignment, tolerance,
+  verdicts, the report and the plot).
 * :mod:`.launch_feature`: ``--probe DIR`` and its filters as a launcher feature.
-
-Between the two, :mod:`.records`: the file format, one JSON object per line in ``DIR/rank{R}.jsonl``,
-and its reader.
-
-Comparing, torch-free: :mod:`.reading` (sources, alignment, tolerance, verdicts, the report and the
-plot), driven by :mod:`.cli` (``npu-migrate compare A B``; :mod:`.__main__` for ``python -m``).
+* :mod:`.records`: between the two, the file format (one JSON object per line in
+  ``DIR/rank{R}.jsonl``) and its reader.
+* :mod:`.cli`: ``npu-migrate compare A B``; :mod:`.__main__` runs it for ``python -m``.
 """
 
 from __future__ import annotations
@@ -33,9 +28,9 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "Probe": "npu_migrate.compare.probe",
-    "ProbeSettings": "npu_migrate.compare.settings",
-    "ProbeError": "npu_migrate.compare.settings",
+    "Probe": "npu_migrate.compare.recording.probe",
+    "ProbeSettings": "npu_migrate.compare.recording.settings",
+    "ProbeError": "npu_migrate.compare.recording.settings",
     "compare": "npu_migrate.compare.reading.verdict",
     "Comparison": "npu_migrate.compare.reading.verdict",
     "Tolerance": "npu_migrate.compare.reading.tolerance",

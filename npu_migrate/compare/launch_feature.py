@@ -7,11 +7,11 @@ Usage::
 
 The launcher finds :data:`FEATURE` through :data:`npu_migrate.launch.features.BUILT_IN` (this
 module imports nothing of the launcher): the
-flags and their checks come from :mod:`.settings` (standard library only, so the launcher checks
+flags and their checks come from :mod:`.recording.settings` (standard library only, so the launcher checks
 them before torch is imported); before the fork server starts, the directory is checked and the
 settings exported, so every worker records (flags or a directory that cannot be used are usage
 errors, exit 2); after the job, a filter that matched nothing ends it
-with exit 1 (:func:`.settings.finish_job`).
+with exit 1 (:func:`.recording.settings.finish_job`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import argparse
 import contextlib
 from typing import Callable, Iterator
 
-from npu_migrate.compare import settings
+from npu_migrate.compare.recording import settings
 from npu_migrate.errors import UsageError
 
 
@@ -49,7 +49,7 @@ class ProbeJob:
     def in_fork_server(self) -> None:
         """In a fork server forked from the launcher: what the bootstrap ``sitecustomize`` arms in a
         new one (each worker starts recording when it starts)."""
-        from npu_migrate.compare import _hook
+        from npu_migrate.compare.recording import _hook
 
         _hook.arm()
 

@@ -96,7 +96,7 @@ class RankRecording:
         steps: ``{step: {"loss": ..., "grad_norm": ..., "lr": ...}}``; a repeated step keeps the last.
         autocast: ``{step: dtype}`` for steps whose forward ran under autocast.
         float32_math: ``{step: format}`` for steps whose float32 convolutions or matrix products ran in a
-            narrower format (``tfloat32``, ``hfloat32``: :func:`npu_migrate.compare.stats.float32_math`).
+            narrower format (``tfloat32``, ``hfloat32``: :func:`npu_migrate.compare.recording.stats.float32_math`).
         modules: ``{step: (entries, raw float64 bytes)}``.
         end: the ``end`` record, or ``None`` when the process did not exit cleanly.
         notes: lines that could not be read, and why.

@@ -49,7 +49,7 @@ def build_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     from npu_migrate.migrate import usercode  # torch-free
 
     usercode.add_argument(parser)
-    from npu_migrate.compare import settings as probe_settings  # --probe DIR and its filters
+    from npu_migrate.compare.recording import settings as probe_settings  # --probe DIR and its filters
 
     probe_settings.add_probe_arguments(parser)
     parser.add_argument("script", metavar="SCRIPT", help="The CUDA training script.")
@@ -179,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--device-num {args.device_num} is not positive: expected 1 or more devices.")
     if not args.module and not os.path.isfile(args.script):
         raise InputError(f"script {args.script!r} not found (working directory {os.getcwd()}).")
-    from npu_migrate.compare import settings as probe_settings
+    from npu_migrate.compare.recording import settings as probe_settings
 
     try:
         probe = probe_settings.from_args(args)
@@ -200,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
     set_env(ENV_WHOLE_LINES, "1")  # the processes mp.spawn starts write whole lines (migrate/lines.py)
     migrate.install(device=args.device, device_count=args.device_num, propagate=True, report_dir=report_dir)
     if probe is not None:
-        from npu_migrate.compare import probe as probe_module
+        from npu_migrate.compare.recording import probe as probe_module
 
         probe_module.install_from_env()
     code = 0
@@ -223,7 +223,7 @@ def run(args: argparse.Namespace) -> int:
             print(exc.code, file=sys.stderr)
     finally:
         if probe is not None:
-            from npu_migrate.compare import probe as probe_module
+            from npu_migrate.compare.recording import probe as probe_module
 
             recording = probe_module.active()
             if recording is not None:

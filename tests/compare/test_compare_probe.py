@@ -17,7 +17,7 @@ import torch
 from conftest import ROOT, child_env, run_cli
 from npu_migrate.compare import Probe, ProbeError
 from npu_migrate.compare.records import read_rank_file
-from npu_migrate.compare.settings import StepRange, parse_ranks
+from npu_migrate.compare.recording.settings import StepRange, parse_ranks
 from npu_migrate.compare.reading.verdict import compare
 
 TINY = Path(__file__).with_name("scripts") / "tiny_train.py"

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from npu_migrate.compare.records import Entry
-from npu_migrate.compare.settings import StepRange
+from npu_migrate.compare.recording.settings import StepRange
 from npu_migrate.compare.reading.sources import Run
 
 

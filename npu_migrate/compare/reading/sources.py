@@ -21,7 +21,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from npu_migrate.compare import records, settings
+from npu_migrate.compare import records
+from npu_migrate.compare.recording import settings
 from npu_migrate.errors import NpuMigrateError
 from npu_migrate.textsafe import printable
 

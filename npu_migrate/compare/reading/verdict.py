@@ -33,7 +33,7 @@ from typing import Sequence
 from npu_migrate.compare.reading import align as _align
 from npu_migrate.compare.reading.comparison import Comparison, Culprit, MetricSummary, step_dtypes
 from npu_migrate.compare.reading.module_verdict import compare_modules
-from npu_migrate.compare.settings import StepRange
+from npu_migrate.compare.recording.settings import StepRange
 from npu_migrate.compare.reading.sources import Run, SourceError, load_run
 from npu_migrate.compare.reading.tolerance import Tolerance, errors, is_close
 

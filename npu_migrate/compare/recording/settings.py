@@ -12,7 +12,7 @@ Usage::
 
 Workers read the same settings back with :meth:`ProbeSettings.from_env`. This module needs only
 the standard library, so a launcher can check the flags before anything imports torch. The
-recording itself lives in :mod:`npu_migrate.compare.probe`.
+recording itself lives in :mod:`npu_migrate.compare.recording.probe`.
 """
 
 from __future__ import annotations

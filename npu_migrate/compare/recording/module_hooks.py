@@ -1,6 +1,6 @@
 """The probe's per-module hooks (``--probe-level modules``): module names, selection, each call's tensors.
 
-Usage (by :class:`~npu_migrate.compare.probe.Probe`, which holds one as ``probe.modules``)::
+Usage (by :class:`~npu_migrate.compare.recording.probe.Probe`, which holds one as ``probe.modules``)::
 
     modules = ModuleHooks(settings, position, live=probe._live, opened=probe._open)
     register_module_forward_hook(outside_compile(modules.forward_post))   # with the probe's pre-hook
@@ -10,9 +10,9 @@ Usage (by :class:`~npu_migrate.compare.probe.Probe`, which holds one as ``probe.
 
 :class:`ModuleHooks` names every module once (its path in the model the first forward comes from),
 selects names with ``--probe-modules``, ``--probe-steps`` and ``--probe-ranks``, and summarises
-(:func:`~npu_migrate.compare.stats.tensor_stats`) each selected call's inputs and outputs in the
+(:func:`~npu_migrate.compare.recording.stats.tensor_stats`) each selected call's inputs and outputs in the
 forward pass and their gradients and the parameters' in the backward pass. A step's summaries are
-stacked into one :class:`~npu_migrate.compare.stats.ModuleStats` per step (:meth:`ModuleHooks.take`).
+stacked into one :class:`~npu_migrate.compare.recording.stats.ModuleStats` per step (:meth:`ModuleHooks.take`).
 It reads the probe's rank and step from a :class:`Position` that the probe writes.
 """
 
@@ -28,8 +28,8 @@ from typing import Any, Callable, Iterator
 import torch
 
 from npu_migrate.compare import records
-from npu_migrate.compare.settings import COMPILED_ONLY, ProbeSettings
-from npu_migrate.compare.stats import ModuleStats, dtype_name, tensor_stats
+from npu_migrate.compare.recording.settings import COMPILED_ONLY, ProbeSettings
+from npu_migrate.compare.recording.stats import ModuleStats, dtype_name, tensor_stats
 
 _MAX_NEST = 3  # how deep inputs/outputs made of tuples, lists and dicts are searched for tensors
 
@@ -127,7 +127,7 @@ class Position:
 
 
 class ModuleHooks:
-    """Per-module recording (``--probe-level modules``), held by a :class:`~npu_migrate.compare.probe.Probe`.
+    """Per-module recording (``--probe-level modules``), held by a :class:`~npu_migrate.compare.recording.probe.Probe`.
 
     Args:
         settings: the probe's settings (``modules``, ``steps``, ``ranks``, ``level``).

@@ -24,7 +24,7 @@ and ``torch.compile`` see torch's own functions):
 Statistics are computed on the device in float32 (float64 for float64 tensors), right where each
 tensor is seen (one hook call, a few reductions, nothing fetched), stacked once per step, and
 fetched once per step by whoever writes. Records are appended to ``DIR/rank{R}.jsonl`` as each
-step ends (see :mod:`npu_migrate.compare.records`) by :mod:`npu_migrate.compare.writer`: on the
+step ends (see :mod:`npu_migrate.compare.records`) by :mod:`npu_migrate.compare.recording.writer`: on the
 CPU in the training thread, so a crash keeps every finished step; on an accelerator by a writer
 thread that waits for the device, so training never does (a process killed outright may lose the
 last step or two; any exit that runs ``atexit`` or multiprocessing's finalizers writes them).
@@ -47,10 +47,10 @@ import torch
 
 from npu_migrate import fileio, optim_steps, redact
 from npu_migrate.compare import records
-from npu_migrate.compare.module_hooks import ModuleHooks, Position, compiling, is_compiled, outside_compile, unwrapped
-from npu_migrate.compare.settings import ProbeError, ProbeSettings, StepRange, parse_ranks
-from npu_migrate.compare.stats import autocast_dtype, dtype_name, fenced, float32_math, step_records
-from npu_migrate.compare.writer import DeviceFence, RecordWriter
+from npu_migrate.compare.recording.module_hooks import ModuleHooks, Position, compiling, is_compiled, outside_compile, unwrapped
+from npu_migrate.compare.recording.settings import ProbeError, ProbeSettings, StepRange, parse_ranks
+from npu_migrate.compare.recording.stats import autocast_dtype, dtype_name, fenced, float32_math, step_records
+from npu_migrate.compare.recording.writer import DeviceFence, RecordWriter
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ def _patched_backward(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
 class Probe:
     """Records this process's training to ``DIR/rank{R}.jsonl`` while started.
 
-    Its per-module hooks (``level="modules"``) are a :class:`~npu_migrate.compare.module_hooks.ModuleHooks`
+    Its per-module hooks (``level="modules"``) are a :class:`~npu_migrate.compare.recording.module_hooks.ModuleHooks`
     it holds (``self.modules``), which reads the rank and step from the probe's :class:`.Position`.
 
     Args:

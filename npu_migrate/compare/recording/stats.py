@@ -10,7 +10,7 @@ Usage::
 be freed afterwards); nothing is fetched from an accelerator there. :class:`ModuleStats` holds a
 step's statistics stacked on the device, one tensor per device and dtype; :func:`step_records`
 turns a step's tensors into its ``step``, ``layout`` and ``modules`` records
-(:mod:`npu_migrate.compare.records`), after waiting for the device (:class:`~npu_migrate.compare.writer.DeviceFence`).
+(:mod:`npu_migrate.compare.records`), after waiting for the device (:class:`~npu_migrate.compare.recording.writer.DeviceFence`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from npu_migrate.compare import records
-from npu_migrate.compare.writer import DeviceFence
+from npu_migrate.compare.recording.writer import DeviceFence
 
 
 @functools.lru_cache(maxsize=None)
