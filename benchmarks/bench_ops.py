@@ -3,6 +3,7 @@
 Usage::
 
     NPU_MIGRATE_RELEASES_DIR=/tmp/relcache python benchmarks/bench_ops.py [--rounds 3] [--steps 2] [--release 2.14.0]
+    NPU_MIGRATE_RELEASES_DIR=/tmp/relcache python benchmarks/bench_ops.py --advise   # npu-migrate advise's run
 
 One process. Each round runs ``examples/mnist.py --dataset digits`` under runtime migration on the
 CPU twice, in alternating order: once as ``npu-migrate ops`` records it (dispatch and function
@@ -10,7 +11,9 @@ modes, the release's verdicts) and once without the recorder. Start-up is exclud
 starts at the first module forward of the script and stops at the end of its ``--steps``-th
 optimizer step (then the script is ended, as the audit ends it). Prints the median time of each,
 the median per-round ratio (goal: <= 3), and the time to read the release's operator list from
-the cached wheel (goal: < 1 s warm) and again in the same process.
+the cached wheel (goal: < 1 s warm) and again in the same process. With ``--advise`` the audited
+run also carries ``npu-migrate advise``'s watch (:class:`npu_migrate.advise.watch.Watch`) and the
+advice is built after it, inside the timed part's goal (<= 3x).
 """
 
 from __future__ import annotations
@@ -61,7 +64,7 @@ class StepTimer:
             handle.remove()
 
 
-def run_once(steps: int, judge: Any | None) -> float:
+def run_once(steps: int, judge: Any | None, advise: bool = False) -> float:
     """2 (``steps``) timed steps of the MNIST example, recorded when ``judge`` is given."""
     import contextlib
 
@@ -78,7 +81,11 @@ def run_once(steps: int, judge: Any | None) -> float:
             with contextlib.ExitStack() as stack:
                 if judge is not None:
                     stack.enter_context(Watch())
-                    stack.enter_context(Recorder(judge, steps=None))  # the timer ends the script
+                    recorder = stack.enter_context(Recorder(judge, steps=None))  # the timer ends the script
+                    if advise:
+                        from npu_migrate.advise.watch import Watch as AdviseWatch
+
+                        seen = stack.enter_context(AdviseWatch(recorder))
                 stack.enter_context(timer)
                 sys.argv = [str(MNIST), "--dataset", "digits", "--epochs", "1"]
                 sys.path.insert(0, str(MNIST.parent))
@@ -97,6 +104,12 @@ def run_once(steps: int, judge: Any | None) -> float:
             migrate.uninstall()
     if timer.seconds is None:
         raise SystemExit(f"the MNIST example ended before {steps} optimizer steps")
+    if advise:  # the advice is built after the run: its time counts too
+        from npu_migrate.advise import report
+
+        start = time.perf_counter()
+        report.build(seen, recorder, judge.operators, os.environ)
+        return timer.seconds + time.perf_counter() - start
     return timer.seconds
 
 
@@ -105,6 +118,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="Alternating rounds (default: %(default)s).")
     parser.add_argument("--steps", type=int, default=2, help="Optimizer steps timed per run (default: %(default)s).")
     parser.add_argument("--release", default="2.14.0", help="torch-npu release judged against (default: %(default)s).")
+    parser.add_argument("--advise", action="store_true", help="Audit as npu-migrate advise does (its watch too).")
     args = parser.parse_args()
 
     from npu_migrate import releases
@@ -128,14 +142,15 @@ def main() -> None:
         order = (False, True) if index % 2 == 0 else (True, False)
         times = {}
         for record in order:
-            times[record] = run_once(args.steps, judge if record else None)
+            times[record] = run_once(args.steps, judge if record else None, args.advise and record)
         plain.append(times[False])
         audited.append(times[True])
         ratios.append(times[True] / times[False])
         print(f"round {index + 1}: unaudited {times[False] * 1e3:.1f} ms, audited {times[True] * 1e3:.1f} ms, "
               f"ratio {ratios[-1]:.2f}", flush=True)
     print(f"{args.steps} steps of examples/mnist.py: unaudited {statistics.median(plain) * 1e3:.1f} ms, "
-          f"audited {statistics.median(audited) * 1e3:.1f} ms (medians of {args.rounds}); "
+          f"audited{' with advise' if args.advise else ''} {statistics.median(audited) * 1e3:.1f} ms "
+          f"(medians of {args.rounds}); "
           f"ratio {statistics.median(ratios):.2f} (goal <= 3)")
 
 

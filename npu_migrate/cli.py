@@ -68,6 +68,8 @@ COMMANDS: tuple[Command, ...] = (
             False, prog="npu-migrate check"),
     Command("ops", "npu_migrate.ops.cli", "Audit which operators of a CUDA script the NPU runs or sends to the host.",
             prog="npu-migrate ops"),
+    Command("advise", "npu_migrate.advise.cli", "Say what to change in a CUDA script, and around it, for speed on the NPU.",
+            prog="npu-migrate advise"),
     Command("compare", "npu_migrate.compare.cli", "Compare two runs' losses and per-module statistics; name the first culprit.",
             False, prog="npu-migrate compare"),
     Command("stacks", "npu_migrate.launch.hangs.stacks", "Print every rank's Python stack of a running launcher (PID).", False,

@@ -113,6 +113,8 @@ USAGE = [
     ("ops", ["ops", "{missing}"], "not found"),
     ("ops", ["ops", "--op-list", "{missing}", "{ok}"], "cannot be read"),
     ("ops", ["ops", "--op-list", "{empty_txt}", "{ok}"], "names no operator"),
+    ("advise", ["advise", "--steps", "0", "{ok}"], "--steps 0 is not positive"),
+    ("advise", ["advise", "{missing}"], "not found"),
     ("compare", ["compare", "--exact", "--atol", "1", "{a_jsonl}", "{b_jsonl}"], "--exact allows no difference"),
     ("compare", ["compare", "{missing}", "{b_jsonl}"], "does not exist"),
     ("compare", ["compare", "{garbage_jsonl}", "{b_jsonl}"], "garbage.jsonl"),
@@ -206,6 +208,7 @@ INTERRUPT = [  # where the command is busy when Ctrl-C comes
     ("port", ["port", "{cuda}"], "npu_migrate.port.cli", "port_paths"),
     ("check", ["check", "{cuda}"], "npu_migrate.port.cli", "port_paths"),
     ("ops", ["ops", "{ok}"], "npu_migrate.ops.cli", "audit"),
+    ("advise", ["advise", "{ok}"], "npu_migrate.ops.cli", "audit"),
     ("compare", ["compare", "{a_jsonl}", "{b_jsonl}"], "npu_migrate.compare.reading.verdict", "compare"),
     ("stacks", ["stacks", "1"], "npu_migrate.launch.hangs.stacks", "process_start"),
 ]

@@ -64,6 +64,8 @@ FLOORS: dict[str, frozenset[str]] = {
     "migrate": BASE | DEVICE | {"libs", "launch", "compare"},  # runtime migration, `run` (--probe, whole lines)
     # the operator audit runs under migration; libs: the CUDA-only libraries' table (libs/table.py)
     "ops": BASE | DEVICE | {"releases", "migrate", "launch", "optim_steps", "libs"},
+    # `npu-migrate advise`: watches the operator audit's run (ops) and reads what the release offers
+    "advise": BASE | DEVICE | {"releases", "migrate", "launch", "optim_steps", "libs", "ops"},
     "internals": frozenset(),          # the inventory of private names: reads the others as text only
 }
 
@@ -83,6 +85,7 @@ TORCH_FREE_AT_IMPORT = (
     # torch inside functions only
     "npu_migrate/env.py", "npu_migrate/smoke.py", "npu_migrate/migrate/cli.py",
     "npu_migrate/ops/cli.py", "npu_migrate/data/cache.py", "npu_migrate/migrate/usercode.py",
+    "npu_migrate/advise/cli.py", "npu_migrate/advise/replacements.py", "npu_migrate/advise/environment.py",
     "npu_migrate/migrate/callers.py",
     # torch after the fork server
     "npu_migrate/launch/__init__.py", "npu_migrate/launch/cli.py", "npu_migrate/launch/setup/config.py",

@@ -42,6 +42,13 @@ def build_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     else:
         parser = subparsers.add_parser("ops", help="Audit a script's operators against a torch-npu release.",
                                        description=description)
+    add_arguments(parser)
+    parser.set_defaults(func=run)
+    return parser
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The audit's options and arguments, shared by ``ops`` and ``advise`` (one run answers both)."""
     parser.add_argument("--torch-npu", "--torch_npu", dest="torch_npu", default=None, metavar="VERSION",
                         help="The torch-npu release to judge against (default: the installed torch_npu, else the "
                              "release made for this torch; a wheel is downloaded once into the cache).")
@@ -66,8 +73,6 @@ def build_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     usercode.add_argument(parser)
     parser.add_argument("script", metavar="SCRIPT", help="The CUDA training script, unmodified.")
     parser.add_argument("script_args", metavar="ARGS", nargs=argparse.REMAINDER, help="Its arguments, untouched.")
-    parser.set_defaults(func=run)
-    return parser
 
 
 @contextlib.contextmanager
@@ -190,8 +195,12 @@ def _operators(args: argparse.Namespace) -> Any:
                          "torch-npu wheel; pass --op-list FILE instead.") from exc
 
 
-def audit(args: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
-    """Run the script under the recorder; return the report and the script's failure (or None)."""
+def audit(args: argparse.Namespace, attach: Callable[[Any], Any] | None = None) -> tuple[dict[str, Any], str | None]:
+    """Run the script under the recorder; return the report and the script's failure (or None).
+
+    ``attach(recorder)``, if given, returns a context manager entered inside the recorder for the run
+    (``npu-migrate advise`` watches the same run).
+    """
     from npu_migrate import migrate
     from npu_migrate.migrate import usercode
     from npu_migrate.migrate.cli import run_script
@@ -210,7 +219,8 @@ def audit(args: argparse.Namespace) -> tuple[dict[str, Any], str | None]:
         migrate.install(device="cpu", device_count=1, propagate=True)
         try:
             recorder = Recorder(Judge(operators), steps=args.steps, fake=args.meta)
-            with Watch() as watch, recorder, time_limit(args.seconds, within=run_script):
+            with Watch() as watch, recorder, attach(recorder) if attach else contextlib.nullcontext(), \
+                    time_limit(args.seconds, within=run_script):
                 try:
                     run_script(args.script, args.script_args, module=args.module)
                 except AuditDone as exc:
@@ -239,11 +249,8 @@ def _destroy_group() -> None:
         dist.destroy_process_group()
 
 
-def run(args: argparse.Namespace) -> int:
-    """``npu-migrate ops``: audit, print the markdown report, write the files; return the exit status."""
-    from npu_migrate.ops import report
-    from npu_migrate.textsafe import printable
-
+def check_args(args: argparse.Namespace) -> None:
+    """Usage errors of the audit's options, before anything runs (one line each)."""
     if args.steps < 1:
         raise UsageError(f"--steps {args.steps} is not positive: expected 1 or more optimizer steps.")
     if args.seconds is not None and args.seconds <= 0:
@@ -254,6 +261,14 @@ def run(args: argparse.Namespace) -> int:
         folder = os.path.dirname(os.path.abspath(path)) if path else None
         if folder and not os.path.isdir(folder):
             raise UsageError(f"{flag} {path!r}: folder {folder} does not exist; create it or write elsewhere.")
+
+
+def run(args: argparse.Namespace) -> int:
+    """``npu-migrate ops``: audit, print the markdown report, write the files; return the exit status."""
+    from npu_migrate.ops import report
+    from npu_migrate.textsafe import printable
+
+    check_args(args)
     data, failure = audit(args)
     sys.stdout.flush()
     print(report.to_markdown(data))

@@ -147,6 +147,9 @@ class Recorder:
         # Autograd nodes made beneath a composite the release registers: their backward is the NPU's
         # own too. Keyed by id, holding the node (nodes take no weak references); cleared each step.
         self.npu_nodes: dict[int, Any] = {}
+        # What else watches the recording (``npu-migrate advise``): ``op(name, overload, phase, site,
+        # function, via, inputs, outputs)`` for each recorded call, ``sync(what, site)`` for each sync.
+        self.observer: Any = None
 
     # -- state of the calling thread --------------------------------------------------------------
     def _frame(self) -> list[Any]:
@@ -189,7 +192,8 @@ class Recorder:
 
     # -- what the modes call ------------------------------------------------------------------------
     def add(self, op: str, overload: str, verdict: Verdict, tensors: list[torch.Tensor], site: str,
-            function: str, phase: str | None = None, via: tuple[str, ...] = ()) -> None:
+            function: str, phase: str | None = None, via: tuple[str, ...] = ()) -> str:
+        """Count one call; return its phase."""
         key = (op, overload, phase or self.phase(tensors), site, via)
         entry = self.entries.get(key)
         if entry is None:
@@ -197,6 +201,7 @@ class Recorder:
         entry.count += 1
         for tensor in tensors:
             entry.dtypes.add(str(tensor.dtype).replace("torch.", ""))
+        return key[2]
 
     def add_sync(self, what: str, site: str) -> None:
         key = (what, site)
@@ -204,6 +209,8 @@ class Recorder:
         if sync is None:
             sync = self.syncs[key] = Sync(what)
         sync.count += 1
+        if self.observer is not None:
+            self.observer.sync(what, site)
 
     def on_dispatch(self, mode: Any, func: Any, args: tuple, kwargs: dict) -> Any:
         """Run one aten overload (``func``) for the dispatch ``mode``, recording it if it is the device's."""
@@ -243,7 +250,9 @@ class Recorder:
             out = self._follow(mode, func, key, args, kwargs, (top[0], site, True, False, (*via, label), phase))
         outputs = _tensors(out if isinstance(out, (list, tuple)) else (out,))
         self.mark(outputs)
-        self.add(name, overload, verdict, inputs or outputs, site, top[0], phase, via)
+        phase = self.add(name, overload, verdict, inputs or outputs, site, top[0], phase, via)
+        if self.observer is not None:
+            self.observer.op(name, overload, phase, site, top[0], via, inputs, outputs)
         if self._syncs(func, name, inputs):
             self.add_sync(name, site)
         return out
@@ -307,7 +316,10 @@ class Recorder:
         if seeded:
             self.mark(out)  # x.to(device) on the CPU target returns x itself: nothing was dispatched
         if parent is not None:
-            self.add(parent[0], parent[1], parent[2], device_args, site, name)
+            phase = self.add(parent[0], parent[1], parent[2], device_args, site, name)
+            if self.observer is not None:
+                self.observer.op(parent[0], parent[1], phase, site, name, (), device_args,
+                                 _tensors(out if isinstance(out, (list, tuple)) else (out,)))
             if parent[2] is Verdict.NPU:
                 self._note_nodes(out, device_args)
         if device_args and short in _HOST_READS:

@@ -1,0 +1,5 @@
+"""Fixtures of the advice tests: the operator audit's cached real torch-npu wheels (``release``)."""
+
+from __future__ import annotations
+
+from ops.conftest import release  # noqa: F401 (the same wheels, the same skips)
