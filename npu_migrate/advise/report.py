@@ -30,6 +30,9 @@ Rules (``rule``), and where each comes from:
   pinned memory (msprof-analyze's dataloader checker: slow data loading), unless its batches are on
   the device already (a dataset held on the device); a loader without workers that the run did not
   iterate is not judged;
+* ``sync_batchnorm``: SyncBatchNorm layers in a DDP model (collectives in every forward and backward);
+* ``ddp_no_sync``: DDP forwards that will all-reduce gradients more than once per optimizer step
+  (gradient accumulation without ``no_sync()``);
 * ``host_sync``: a host synchronisation in every step (``.item()``, ``.cpu()``, a boolean mask; the
   audit's counts; msprof-analyze's synchronize-stream checker);
 * ``empty_cache``: ``torch.cuda.empty_cache()`` in every step (each call synchronises and frees
@@ -115,6 +118,21 @@ def build(seen: Any, recorder: Any, operators: Any, env: Mapping[str, str]) -> d
                 f"torch-npu {operators.release}")
         else:
             good.append(f"clip_grad_norm_ at {_short(site)} uses the foreach norm")
+
+    # DDP
+    for site, layers in seen.sync_batchnorm.items():
+        add("sync_batchnorm", "nn.BatchNorm*d where the per-device batch is large enough for its statistics",
+            site, "SyncBatchNorm", float(layers), "each SyncBatchNorm layer all-reduces its statistics in every "
+            "forward and backward: collectives the step waits for", f"{layers} SyncBatchNorm layer(s)")
+    for site, s in seen.ddp_forwards.items():
+        per_step = _per_step(s)
+        if per_step > 1 and _every_step(s, steps):
+            add("ddp_no_sync", "with model.no_sync(): for every micro-batch but the last of a step", site,
+                "DistributedDataParallel", per_step, "gradient accumulation without no_sync() all-reduces the "
+                "gradients after every micro-batch's backward; only the last one's is needed",
+                f"{s.count} DDP forwards that sync gradients in {len(s.intervals)} step(s)")
+        elif _every_step(s, steps):
+            good.append(f"DDP at {_short(site)}: one gradient all-reduce per step")
 
     # data loading
     for site, loader in seen.loaders.items():

@@ -17,6 +17,9 @@ patches a few constructors and functions lightly, each to note its call and the 
 * ``torch.utils.data.DataLoader.__init__``: ``num_workers``, ``pin_memory`` as asked, and (for a loader
   without workers, through its ``collate_fn``) whether its batches are on the device already;
 * ``torch.nn.utils.clip_grad_norm_``: its ``foreach``;
+* ``SyncBatchNorm``: layers made, and BatchNorm layers ``convert_sync_batchnorm`` is asked to convert
+  (on the CPU, migration keeps them BatchNorm); DistributedDataParallel forwards that will all-reduce
+  gradients (not under ``no_sync()``) are counted per optimizer step;
 * ``torch.cuda.empty_cache`` (the migrated one) and ``torch.set_anomaly_enabled``: where they are called.
 
 Host syncs and ``empty_cache`` calls are kept with the optimizer steps they fell in, so that one in
@@ -77,7 +80,10 @@ class Watch:
         self.syncs: dict[tuple[str, str], Seen] = {}
         self.empty_cache: dict[str, Seen] = {}
         self.anomaly: str | None = None  # where anomaly detection was turned on ("" if not seen where)
+        self.sync_batchnorm: dict[str, int] = {}          # site -> SyncBatchNorm layers made there
+        self.ddp_forwards: dict[str, Seen] = {}          # forward site -> DDP forwards that sync gradients
         self._undo: list[Callable[[], None]] = []
+        self._converting = False
 
     # -- the recorder's observer ----------------------------------------------------------------------
     def op(self, name: str, overload: str, phase: str, site: str, function: str, via: tuple,
@@ -110,9 +116,14 @@ class Watch:
         self._undo.append(lambda: setattr(self.recorder, "observer", None))
         module = torch.nn.modules.module
 
+        ddp_class = getattr(torch.nn.parallel, "DistributedDataParallel", None)
+
         def pre(mod: Any, inputs: Any) -> None:
             if not self.modules and torch.is_anomaly_enabled() and self.anomaly is None:
                 self.anomaly = ""
+            if ddp_class is not None and isinstance(mod, ddp_class) and torch.is_grad_enabled() \
+                    and getattr(mod, "require_backward_grad_sync", True):
+                self._note(self.ddp_forwards, user_site())
             self.started = True
             self.modules.append(type(mod).__name__)
 
@@ -131,6 +142,10 @@ class Watch:
         if hasattr(torch.cuda, "empty_cache"):
             self._patch(torch.cuda, "empty_cache", self._empty_cache)
         self._patch(torch, "set_anomaly_enabled", self._anomaly)
+        sync_bn = torch.nn.SyncBatchNorm
+        self._patch(sync_bn, "__init__", self._sync_bn_init)
+        bound = sync_bn.convert_sync_batchnorm  # a classmethod (a staticmethod once migration replaced it)
+        self._patch(sync_bn, "convert_sync_batchnorm", lambda original: staticmethod(self._convert(bound)))
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -172,6 +187,29 @@ class Watch:
                 info["device_batches"] = any(self.recorder.is_device(t) for t in _tensors_in(out))
             return out
         return collate_fn
+
+    def _sync_bn_init(self, original: Any) -> Any:
+        def __init__(layer: Any, *args: Any, **kwargs: Any) -> None:
+            original(layer, *args, **kwargs)
+            if not self._converting:
+                site = user_site()
+                self.sync_batchnorm[site] = self.sync_batchnorm.get(site, 0) + 1
+        return __init__
+
+    def _convert(self, bound: Any) -> Any:
+        norms = (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d)
+
+        def convert_sync_batchnorm(module: Any, *args: Any, **kwargs: Any) -> Any:
+            count = sum(isinstance(m, norms) for m in module.modules()) if isinstance(module, torch.nn.Module) else 0
+            if count:  # counted as asked: on the CPU, migration keeps the BatchNorm layers
+                site = user_site()
+                self.sync_batchnorm[site] = self.sync_batchnorm.get(site, 0) + count
+            self._converting = True
+            try:
+                return bound(module, *args, **kwargs)
+            finally:
+                self._converting = False
+        return convert_sync_batchnorm
 
     def _clip(self, original: Any) -> Any:
         def clip_grad_norm_(*args: Any, **kwargs: Any) -> Any:

@@ -20,10 +20,11 @@ SCRIPTS = Path(__file__).with_name("scripts")
 _ADVISED_ENV = {"TASK_QUEUE_ENABLE": "2", "CPU_AFFINITY_CONF": "1", "PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True"}
 
 
-def advise(tmp_path: Path, script: str, *extra: str, release: str | None = None) -> tuple[int, dict]:
+def advise(tmp_path: Path, script: str, *extra: str, release: str | None = None,
+           args: tuple[str, ...] = ()) -> tuple[int, dict]:
     out = tmp_path / "advice.json"
     argv = ["advise", *(["--torch-npu", release] if release else []), "--json", str(out), *extra,
-            str(SCRIPTS / script)]
+            str(SCRIPTS / script), *args]
     code = main(argv)
     return code, json.loads(out.read_text())
 
@@ -120,6 +121,17 @@ def test_habits_of_the_step(tmp_path: Path, release: str, version: str, optimize
     assert fused["replace_with"] == optimizer and fused["module"] == "SGD"
     assert {a["rule"] for a in data["advice"]} <= {"fused_optimizer", "clip_grad_norm", "empty_cache",
                                                    "anomaly_detection", "float64", "host_sync"}
+
+
+@pytest.mark.usefixtures("_release_2_14")
+def test_ddp_accumulation_without_no_sync_and_sync_batchnorm(tmp_path: Path) -> None:
+    """Two micro-batches a step, each all-reducing; SyncBatchNorm asked for (kept BatchNorm on the CPU)."""
+    code, data = advise(tmp_path, "ddp_train.py", release="2.14.0")
+    assert code == 1 and given(data) == marked("ddp_train.py")
+    (accumulate,) = [a for a in data["advice"] if a["rule"] == "ddp_no_sync"]
+    assert accumulate["per_step"] == 2.0 and "no_sync" in accumulate["replace_with"]
+    code, data = advise(tmp_path, "ddp_train.py", release="2.14.0", args=("fixed",))
+    assert data["advice"] == [] and any("one gradient all-reduce per step" in g for g in data["good"])
 
 
 def test_a_replacement_the_release_lacks_is_not_suggested(tmp_path: Path) -> None:
