@@ -30,7 +30,7 @@ def spawn(fn: Callable[..., Any], args: Sequence[Any] = (), options: Any = None,
     Every process gets torchrun's variables for its global rank (node rank x nproc + local rank),
     so ``fn`` can call :func:`npu_migrate.init_distributed`. ``fn`` must be importable by name
     (defined at module level) for the worker processes to find it. Their output is relayed as
-    on the command line; ``output=output_settings(template="", ...)`` (:mod:`.output`) sets the
+    on the command line; ``output=output_settings(template="", ...)`` (:mod:`.procs.output`) sets the
     prefix, console filter and ``tee`` there.
 
     Args:

@@ -66,7 +66,7 @@ class FeatureJob(Protocol):
         """The job was refused or interrupted after :meth:`prepare` and before it started: clean up."""
 
     # Optional: ``in_fork_server(self) -> None``. In a fork server forked from the launcher (not a
-    # new interpreter, :mod:`.forkserver`), before its first worker: arm what the environment
+    # new interpreter, :mod:`.procs.forkserver`), before its first worker: arm what the environment
     # :meth:`prepare` exported arms at a new interpreter's start-up (a start-up hook waiting for
     # ``import torch``), or nothing where the workers read it as they run. A job without it has its
     # fork server started as a new interpreter whenever it changed the environment.

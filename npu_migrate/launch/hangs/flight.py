@@ -1,6 +1,6 @@
 """The flight record of one rank (written in it, read by the launcher): its collective, progress and heartbeat.
 
-Usage (in a worker, by :mod:`.worker`; the user's script is not changed)::
+Usage (in a worker, by :mod:`..procs.worker`; the user's script is not changed)::
 
     record = install(run_dir, rank)          # flight-rank{N}.bin in the launcher's run directory
     ...                                      # dist.all_reduce(...) etc. now keep the record current

@@ -26,7 +26,7 @@ before any of them ends the job with a bare timeout, and leaves a rank alone for
 the others wait (a checkpoint save on rank 0, an evaluation). ``--hang-timeout 0`` turns it off.
 
 **Several nodes.** Node 0 decides for the whole job: every other node publishes its ranks' flight
-records on the board (:mod:`.board`, each heartbeat), node 0's watchdog reads them beside its
+records on the board (:mod:`..nodes.board`, each heartbeat), node 0's watchdog reads them beside its
 own, announces a hang, and every node prints its own ranks' stacks once per
 hang and tells node 0 it did (``hang_ack``).
 """

@@ -25,8 +25,8 @@ the ping's in :mod:`.liveness`):
                       also one a rank's connection error named: :meth:`Board.lost_peer`), JSON
                       with ``"kind"`` (:class:`FailureKind`); the one with the earliest ``time``
                       wins (compare-and-set); every node stops its ranks, then restarts or ends.
-``flight/<gen>/<K>``  node K's ranks' flight records (:mod:`.flight`), JSON, every heartbeat;
-                      node 0 reads them to decide a hang for the whole job (:mod:`.watchdog`).
+``flight/<gen>/<K>``  node K's ranks' flight records (:mod:`..hangs.flight`), JSON, every heartbeat;
+                      node 0 reads them to decide a hang for the whole job (:mod:`..hangs.watchdog`).
 ``hang/<gen>``        the latest hang node 0 declared: ``{"id", "summary", "states", ...}``;
                       every node prints its own ranks' stacks for a new id, then arrives at
 ``hang_ack/<gen>/<id>`` which node 0 waits for (:data:`.timing.HANG_ACK_WAIT_S`) before ending.

@@ -30,9 +30,9 @@ accepted when the ranks are exactly ``0..nnodes-1``.
 ``npu_migrate/job``        the job token, set by node 0; a launcher with another token is
                            refused and touches nothing else (another job or a stale launcher).
 ``shape``                  ``{"nnodes", "device_num", "max_restarts", "rdzv_backend", "hccl", "software"}``
-                           (``hccl``: the HCCL variables every node must share, :mod:`.hccl`;
+                           (``hccl``: the HCCL variables every node must share, :mod:`..setup.hccl`;
                            ``software``: the device family, backend, torch and torch_npu
-                           releases, :mod:`.software`), first writer wins; a node with other
+                           releases, :mod:`..setup.software`), first writer wins; a node with other
                            values aborts the job, so every node says why.
 ``claim/<K>``              ``{"owner", "host", "pid"}`` of the launcher holding node rank K (with
                            ``"ended": true`` once the job finished). Taken over when its owner

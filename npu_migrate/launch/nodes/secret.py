@@ -1,6 +1,6 @@
 """Where the launcher's job secret comes from, which one it uses, and how it stays out of every environment.
 
-Usage (by :mod:`.cli`, before anything starts)::
+Usage (by :mod:`..cli`, before anything starts)::
 
     job = secret.load_secret(args.secret_file)   # --secret-file, else NPU_MIGRATE_JOB_SECRET_FD, else ..._SECRET
     secret.use_secret(job)                       # this launcher's job secret, for every job it runs
@@ -15,7 +15,7 @@ launcher started from the command line with the secret in its environment runs i
 line again in the same process (``execve``, same PID), with the secret on a pipe named by
 :data:`FD_ENV` (none with ``--secret-file``, which the command reads again) and the rest of the
 environment it started with: the secret is then in no process's environment, and the launcher can
-fork its fork server from itself (one ``import torch`` per node, :mod:`.forkserver`) instead
+fork its fork server from itself (one ``import torch`` per node, :mod:`..procs.forkserver`) instead
 of starting it as a new interpreter. ``spawn()`` callers and Pythons before 3.10 (no
 ``sys.orig_argv``) keep the secret in their environment.
 """

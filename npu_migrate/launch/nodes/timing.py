@@ -9,7 +9,7 @@ Usage::
 
 The windows are grouped by who uses them: the store connections (:mod:`.store`), membership
 (:mod:`.membership`), the board (:mod:`.board`) and the supervisor's watch loop
-(:mod:`.supervisor`). Windows that follow ``--node-timeout`` are functions of it; the rest are
+(:mod:`..procs.supervisor`). Windows that follow ``--node-timeout`` are functions of it; the rest are
 constants. Nothing here is a synchronisation by sleeping: each is the longest a launcher waits
 for something that usually comes much sooner, or the period of a loop that has to stay a loop
 (the heartbeat, the watch over workers and signals).

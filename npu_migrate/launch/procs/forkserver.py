@@ -45,7 +45,7 @@ worker's ``resume`` there). Anything else keeps multiprocessing's new interprete
 that imported torch; a feature that exports variables and does not say what they arm; a job
 secret still in ``NPU_MIGRATE_JOB_SECRET``, which the launcher takes out of the environment (a
 forked child's ``/proc/PID/environ``, what ``ps e`` shows, would still hold it; a launcher started
-from the command line runs itself again without it first, :mod:`.secret`); another Python whose
+from the command line runs itself again without it first, :mod:`..nodes.secret`); another Python whose
 fork server command this module cannot read; ``NPU_MIGRATE_START_METHOD=forkserver-fresh``.
 """
 

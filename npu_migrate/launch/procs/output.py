@@ -39,7 +39,7 @@ What it owns:
   ``DIR/rank{N}.attempt{K}.log`` for restart K, so a restart never clobbers the failed attempt's
   logs. Without ``--tee`` the console shows only the launcher's own lines (as torchrun). An earlier
   run's logs are refused at start-up unless ``--log-append``; files are only ever appended to.
-* **torchrun's layout.** ``--redirects``/``--tee VALUE`` (:mod:`.logs_layout`): each stream of each
+* **torchrun's layout.** ``--redirects``/``--tee VALUE`` (:mod:`..torchrun.logs`): each stream of each
   local rank goes to its own file, the console, or both, as the attempt's
   :class:`~.logs_layout.Destinations` say; ``--duplicate-*-filters`` copy the console lines that
   hold a filter, prefixed, to the attempt's ``filtered_stdout.log``/``filtered_stderr.log``.
@@ -161,7 +161,7 @@ class Relay:
         cfg: the node's :class:`~npu_migrate.launch.setup.config.LaunchConfig`.
         run_dir: the job's private directory, where the FIFOs are made.
         attempt: the restart count (names the log files).
-        dest: torchrun's layout for this attempt (:mod:`.logs_layout`: ``--redirects``, ``--tee
+        dest: torchrun's layout for this attempt (:mod:`..torchrun.logs`: ``--redirects``, ``--tee
             VALUE``...); None: the launcher's own (``--log-dir``'s ``rank{N}.log``).
     """
 
@@ -205,7 +205,7 @@ class Relay:
                 file = fileio.open_private_append(log_path(cfg.log_dir, rank, self.attempt))  # 0600, no symlink
                 self._files.append(file)
             routes = [(file, shown, None, ()), (file, shown, None, ())]
-            if dest is not None:  # torchrun's layout: each stream its own file and console (:mod:`.logs_layout`)
+            if dest is not None:  # torchrun's layout: each stream its own file and console (:mod:`..torchrun.logs`)
                 for i, (stream, path, needles) in enumerate(((dest.out[local], dest.filtered_stdout,
                                                               logs.stdout_filters),
                                                              (dest.err[local], dest.filtered_stderr,

@@ -10,7 +10,7 @@ workers, with the same environment and device): it reaches the job's ``TCPStore`
 backend (gloo, nccl or hccl) and all-reduces one element on its device, within
 :data:`PREFLIGHT_TIMEOUT_S`. Then the processes exit and free the port for the real workers. On
 failure the ranks that never wrote their key are named with their node, else the backend's own
-first line with the hosts and interfaces of every rank and a hint (:mod:`.hints`). Ranks are
+first line with the hosts and interfaces of every rank and a hint (:mod:`..hints`). Ranks are
 "missing" only when the failing rank waited for them for the whole timeout: a rank that fails at
 once (a wrong interface) names its own error, however late the others are to start.
 """

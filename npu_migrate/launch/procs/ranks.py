@@ -12,7 +12,7 @@ Usage (the supervisor's :class:`~.supervisor.Job` holds one as ``job.ranks``)::
 Each worker runs in its own process group; the launcher signals the group, so whatever a rank
 started goes with it. A rank's Python error is its record in the run directory
 (:func:`.rundir.error_record`, written by :mod:`.worker`); a death without one is named by its
-signal, with the Python stack a fatal signal left (:mod:`.stacks`).
+signal, with the Python stack a fatal signal left (:mod:`..hangs.stacks`).
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ class Watched(Enum):
 
 
 def torchrun_logs(cfg: LaunchConfig) -> tuple[LaunchConfig, Any]:
-    """torchrun's layout, where its flags ask for it (:mod:`.logs_layout`): ``cfg`` with the layout's
+    """torchrun's layout, where its flags ask for it (:mod:`..torchrun.logs`): ``cfg`` with the layout's
     root as its log dir, and the layout's specs (None: no layout)."""
     if not cfg.output.logs.active:
         return cfg, None
@@ -111,7 +111,7 @@ class RankProcesses:
         return default if timeout is None else timeout
 
     def record_end(self, code: int) -> None:
-        """``--event-log-handler``: each rank's end state, then the job's (:mod:`.elastic_events`)."""
+        """``--event-log-handler``: each rank's end state, then the job's (:mod:`..torchrun.events`)."""
         if self.events is None:
             return
         try:
@@ -239,7 +239,7 @@ class RankProcesses:
     def wait(self, procs: list[Any], board: Any = None) -> tuple[Watched, Any]:
         """Wait for the workers; return how it ended, and its detail (see :class:`Watched`).
 
-        ``board``: the multi-node job's board (:mod:`.board`), whose events end the wait; None on one node.
+        ``board``: the multi-node job's board (:mod:`..nodes.board`), whose events end the wait; None on one node.
 
         This stays a loop: it waits on the workers' sentinels, but a signal, SIGUSR1, the flight
         records and the board have no descriptor to wait on beside them, so they are looked at

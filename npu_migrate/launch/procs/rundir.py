@@ -11,12 +11,12 @@ Usage::
 
 ======================== ================================================================
 ``.lock``                held (``flock``) by the launcher while it lives (below)
-``launcher.json``        the launcher's pid and start time (:mod:`.stacks`, ``npu-migrate stacks``)
+``launcher.json``        the launcher's pid and start time (:mod:`..hangs.stacks`, ``npu-migrate stacks``)
 ``rank<N>.json``         what rank N raised: type, message, traceback, time (:mod:`.worker`)
-``flight-rank<N>.bin``   rank N's flight record (:mod:`.flight`)
+``flight-rank<N>.bin``   rank N's flight record (:mod:`..hangs.flight`)
 ``stacks-rank<N>.txt``,
-``fatal-rank<N>.txt``    rank N's stacks on request and at a fatal signal (:mod:`.stacks`)
-``stacks.txt``           the launcher's latest dump of every stack (:mod:`.stacks`)
+``fatal-rank<N>.txt``    rank N's stacks on request and at a fatal signal (:mod:`..hangs.stacks`)
+``stacks.txt``           the launcher's latest dump of every stack (:mod:`..hangs.stacks`)
 others                   the ranks' output FIFOs (:mod:`.output`), pre-flight results (:mod:`.preflight`)
 ======================== ================================================================
 

@@ -2,15 +2,15 @@
 
 Usage::
 
-    code = run_job(cfg, target, start_method)   # the command line and spawn() (:mod:`.api`); the exit code
+    code = run_job(cfg, target, start_method)   # the command line and spawn() (:mod:`..api`); the exit code
 
 One job, in phases (:class:`Phase`, one method of :class:`Job` each), each answering SIGINT/SIGTERM/
 SIGHUP within 5 s (exit 130/143/129):
 
-1. *connecting* to node 0 and *waiting for nodes* (multi-node only, :mod:`.membership`);
+1. *connecting* to node 0 and *waiting for nodes* (multi-node only, :mod:`..nodes.membership`);
 2. *checking the backend* with ``--preflight`` (:mod:`.preflight`);
 3. *running*: workers forked from the fork server (:mod:`.forkserver`, :mod:`.worker`); the
-   first rank that fails, or a failure or lost node reported by the board (:mod:`.board`),
+   first rank that fails, or a failure or lost node reported by the board (:mod:`..nodes.board`),
    ends this node's ranks (SIGTERM to each worker's process group, SIGKILL after a grace period);
    *finishing*: every node's ranks are done;
 4. *stopping the ranks* and *restarting* with ``--max-restarts``: the whole job, every node,
@@ -18,8 +18,8 @@ SIGHUP within 5 s (exit 130/143/129):
 5. *tearing down*: every worker reaped, the fork server ended, the node rank given back, the run
    directory (:mod:`.rundir`) removed.
 
-While ranks run, the supervisor reads their flight records for hangs (:mod:`.watchdog`,
-``--hang-timeout``), serves SIGUSR1 with every rank's stack (:mod:`.stacks`), and at the end
+While ranks run, the supervisor reads their flight records for hangs (:mod:`..hangs.watchdog`,
+``--hang-timeout``), serves SIGUSR1 with every rank's stack (:mod:`..hangs.stacks`), and at the end
 writes the JSON report (:mod:`.report`, ``--error-file``).
 
 Every error path prints one line per event on the console; with ``--log-dir`` the launcher's own
@@ -94,8 +94,8 @@ class Job:
         self.cfg = cfg
         self.start_method = start_method
         self.signals = Signals(cfg.torchrun.stop_signals)
-        self.membership: Any = None  # this launcher's membership in a multi-node job (:mod:`.membership`)
-        self.board: Any = None  # its board (:mod:`.board`)
+        self.membership: Any = None  # this launcher's membership in a multi-node job (:mod:`..nodes.membership`)
+        self.board: Any = None  # its board (:mod:`..nodes.board`)
         self.phase = Phase.STARTING
         # The run directory: the ranks' error records, flight records and stack dumps (:mod:`.rundir`).
         self.error_dir = rundir.create()
@@ -103,7 +103,7 @@ class Job:
         self.ranks = RankProcesses(cfg, target, start_method, self.signals, self.error_dir, self.watch, logs_specs)
         self._first_record: dict[str, Any] | None = None
         self._outcome = Outcome.STARTING
-        # Node 0 serves MASTER_PORT for every rank, on the job's address only (:mod:`.servers`).
+        # Node 0 serves MASTER_PORT for every rank, on the job's address only (:mod:`..nodes.servers`).
         self.ranks_store = servers.RankStore(cfg.addr, cfg.port) if cfg.node_rank == 0 else None
 
     def _enter(self, phase: Phase) -> None:
@@ -233,7 +233,7 @@ class Job:
             self.membership.connect()
         except JobEvent as exc:
             raise self._ended_by(exc) from None
-        if self.cfg.rdzv.assign:  # this node's rank came from the rendezvous (:mod:`.assignment`)
+        if self.cfg.rdzv.assign:  # this node's rank came from the rendezvous (:mod:`..nodes.assignment`)
             cfg = self.cfg = self.watch.cfg = self.membership.cfg
             if cfg.log_dir:
                 quiet_torch_elastic(os.path.join(cfg.log_dir, f"launcher-node{cfg.node_rank}.log"))
@@ -396,4 +396,4 @@ def run_job(cfg: LaunchConfig, target: Target, start_method: str) -> int:
         # reader of our output (`| tee`, a CI log) would wait for it. Another launch in this
         # process starts a new one.
         stop_fork_server()
-        ports.release(cfg.port)  # a picked MASTER_PORT was held until now (:mod:`.ports`)
+        ports.release(cfg.port)  # a picked MASTER_PORT was held until now (:mod:`..setup.ports`)

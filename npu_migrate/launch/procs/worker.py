@@ -11,7 +11,7 @@ In order, :func:`worker_main`:
 2. :func:`prepare`: sets the rank's environment, sends stdout/stderr to the launcher's relay
    (:mod:`.output`; FIFOs in ``error_dir``, the job's private run directory), sets torch's
    threads and binds the device; new per-worker steps belong here;
-3. arms the rank's flight record and stack dumps (:mod:`.flight`, :mod:`.stacks`) in the
+3. arms the rank's flight record and stack dumps (:mod:`..hangs.flight`, :mod:`..hangs.stacks`) in the
    launcher's run directory (``error_dir``): no change to the user's script;
 4. runs the script (``runpy``), module or function, in a process that multiprocessing sees as a
    main process (:func:`_as_a_new_process`: start method, fork server, resource tracker as a new
@@ -191,7 +191,7 @@ def _set_threads() -> None:
 def prepare(local_rank: int, cfg: LaunchConfig, restart: int, run_dir: str | None = None) -> None:
     """Everything a worker needs before user code: environment, output, threads, device."""
     os.environ.update(cfg.worker_env(local_rank, restart))
-    # Node 0's launcher serves MASTER_PORT on the job's address; every rank is its client (:mod:`.servers`).
+    # Node 0's launcher serves MASTER_PORT on the job's address; every rank is its client (:mod:`..nodes.servers`).
     os.environ[servers.AGENT_STORE_ENV] = "True"
     for name in (secret.SECRET_ENV, secret.FD_ENV):  # the launcher's alone: not the script's, nor its children's
         os.environ.pop(name, None)

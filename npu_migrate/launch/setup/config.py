@@ -52,7 +52,7 @@ class LaunchConfig:
         device: device family of the workers.
         backend: torch.distributed backend of that family.
         log_dir: one ``rank{N}.log`` per rank here instead of the console.
-        output: prefix, console filter, --tee and --log-append (:mod:`.output`).
+        output: prefix, console filter, --tee and --log-append (:mod:`..procs.output`).
         max_restarts: how often the whole job is started again after a failure.
         join_timeout: seconds to wait for the other nodes' launchers.
         sources: where nnodes, node rank and address came from (flags, Slurm...).
@@ -63,18 +63,18 @@ class LaunchConfig:
         net_env: interface variables for the workers (GLOO_SOCKET_IFNAME...).
         net_note: how the interface was chosen, for the start-up line.
         hang_timeout: seconds without progress before the job counts as hung (0: off; see
-            :mod:`.watchdog` for the default).
+            :mod:`..hangs.watchdog` for the default).
         hang_action: ``"end"`` the job on a hang (exit 1), or only ``"report"`` it.
         error_file: where to write the JSON report of every rank's exit (``--error-file``).
-        preflight: run a short all-reduce on the backend before the script (:mod:`.preflight`).
+        preflight: run a short all-reduce on the backend before the script (:mod:`..procs.preflight`).
         ranks: the global rank of each local rank, from an HCCL rank table (empty: node rank x
             processes per node + local rank).
         scheduler: who started the launcher (:class:`.schedulers.Scheduler` value), for messages.
         agreed: the HCCL variables every node must share, as this node has them (:mod:`.hccl`).
         rank_table: the rank table the ranks come from.
-        rdzv: torchrun's rendezvous flags as this job runs them (:mod:`.rdzv_flags`).
+        rdzv: torchrun's rendezvous flags as this job runs them (:mod:`..torchrun.rdzv`).
         torchrun: torchrun's other flags as this job runs them (:class:`.torchrun_settings.Settings`).
-        error_files: each local rank's ``TORCHELASTIC_ERROR_FILE`` in the attempt that runs (:mod:`.ranks`).
+        error_files: each local rank's ``TORCHELASTIC_ERROR_FILE`` in the attempt that runs (:mod:`..procs.ranks`).
     """
 
     nproc: int

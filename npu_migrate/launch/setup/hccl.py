@@ -24,7 +24,7 @@ family (:func:`npu_migrate.launch.setup.config.make_config`). On other families 
 a given port is accepted; ports the launcher picks avoid the range everywhere, which costs nothing.
 
 **Variables that must agree** (:data:`AGREED_VARS`): each node's values travel in the rendezvous'
-``shape`` record (:mod:`.membership`); the first node's values are the job's and a node with others
+``shape`` record (:mod:`..nodes.membership`); the first node's values are the job's and a node with others
 ends the job with one line naming the variable and both values. They are compared on every family:
 a difference is a mistake in the job's set-up even where HCCL does not read them.
 """

@@ -10,7 +10,7 @@ A :class:`LaunchOptions` holds what was asked for, ``None`` where the flag was l
 scheduler's environment, the rank table and the single-node defaults fill those in
 (:func:`npu_migrate.launch.setup.config.make_config`). :meth:`LaunchOptions.check` refuses values that
 cannot work whatever the environment says, in one line each (:class:`.errors.LaunchUsageError`).
-Adding an option means one field here, its flag in :mod:`.cli` and its use in :mod:`.config`.
+Adding an option means one field here, its flag in :mod:`..cli` and its use in :mod:`.config`.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class LaunchOptions:
     Attributes:
         nproc: processes on this node, one per device (None: the family's devices, 1 on CPU).
         nnodes: nodes in the job (None: 1, or from the scheduler); with ``min_nodes``, the most.
-        min_nodes: ``--nnodes MIN:MAX``'s MIN (None: ``nnodes`` is fixed; :mod:`.rdzv_flags`).
+        min_nodes: ``--nnodes MIN:MAX``'s MIN (None: ``nnodes`` is fixed; :mod:`..torchrun.rdzv`).
         node_rank: index of this node (None: 0, or from the scheduler).
         addr: address of node 0 (None: 127.0.0.1, or from the scheduler).
         port: MASTER_PORT (None: a free port on one node, the default port on several).
@@ -61,17 +61,17 @@ class LaunchOptions:
             the world size, :func:`npu_migrate.launch.hangs.watchdog.effective_timeout`; 0: off).
         hang_action: ``"end"`` or ``"report"`` (:data:`HANG_ACTIONS`).
         error_file: where to write the JSON report of every rank's exit (``--error-file``).
-        preflight: the pre-flight all-reduce (None: off; see :mod:`.preflight` for why).
+        preflight: the pre-flight all-reduce (None: off; see :mod:`..procs.preflight` for why).
         output: the checked output flags (:func:`npu_migrate.launch.procs.output.output_settings`;
             None: prefixes by default, no filter, no tee).
         rank_table_timeout: seconds to wait for ``RANK_TABLE_FILE`` to be completed (None:
             ``NPU_MIGRATE_RANK_TABLE_TIMEOUT``, else :data:`.ranktable.DEFAULT_TIMEOUT`).
-        rdzv_backend: ``"c10d"`` or ``"static"`` (None: static; :mod:`.rdzv_flags`).
+        rdzv_backend: ``"c10d"`` or ``"static"`` (None: static; :mod:`..torchrun.rdzv`).
         rdzv_endpoint: ``HOST[:PORT]``, node 0's address (None: ``addr`` and ``port``).
         rdzv_conf: ``"key=value,..."``, torchrun's ``--rdzv-conf`` (:data:`.rdzv_flags.CONF_KEYS`).
         standalone, role, monitor_interval, signals_to_handle, shutdown_timeout, virtual_local_rank,
             local_addr, event_log_handler, numa_binding: torchrun's flags of those names
-            (:mod:`.torchrun_flags`; ``nproc`` may also be one of its ``--nproc-per-node`` words).
+            (:mod:`..torchrun.flags`; ``nproc`` may also be one of its ``--nproc-per-node`` words).
     """
 
     nproc: int | str | None = None

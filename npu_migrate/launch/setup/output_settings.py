@@ -42,7 +42,7 @@ class OutputSettings:
         relay: False keeps the workers on the launcher's own descriptors (the pre-relay
             behaviour; only for the benchmark's baseline: no prefix, filter or log files).
         logs: torchrun's ``--redirects``, ``--tee VALUE``, duplicate filters and ``--logs-specs``
-            (:mod:`.logs_layout`); when active they replace the ``rank{N}.log`` layout.
+            (:mod:`..torchrun.logs`); when active they replace the ``rank{N}.log`` layout.
     """
 
     template: str | None = None

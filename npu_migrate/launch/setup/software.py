@@ -1,6 +1,6 @@
 """What a node runs that every node of a multi-node job must share: device family, backend, torch, torch_npu.
 
-Usage (by :mod:`.membership`, in the job's shape)::
+Usage (by :mod:`..nodes.membership`, in the job's shape)::
 
     mine = software.of_node(cfg.device, cfg.backend)   # {"device", "backend", "torch", "torch_npu"}
     software.describe(mine)                             # "torch 2.14.0 on cpu with gloo"

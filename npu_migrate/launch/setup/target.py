@@ -5,11 +5,11 @@ Usage::
     Target(script="train.py", args=("--epochs", "3"))        # runpy.run_path in each rank
     Target(module="pkg.train")                              # -m: runpy.run_module
     Target(fn=train, args=(opt,))                           # spawn(): fn(local_rank, *args)
-    Target(fn=executable.run, args=(path, "-x"), shown="tool -x")   # --no-python (:mod:`.executable`)
+    Target(fn=executable.run, args=(path, "-x"), shown="tool -x")   # --no-python (:mod:`..torchrun.executable`)
     target.describe()    # the world table's "target:" line
     target.identity()    # the same on every node: part of the default job id
 
-The worker (:mod:`.worker`) runs it; the launcher's command line makes it (:mod:`.cli`).
+The worker (:mod:`..procs.worker`) runs it; the launcher's command line makes it (:mod:`..cli`).
 """
 
 from __future__ import annotations

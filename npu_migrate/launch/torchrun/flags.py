@@ -11,7 +11,7 @@ Usage::
 
 Every flag of ``torch.distributed.run --help`` (torch 2.14) is accepted in each of torchrun's
 spellings (``--flag-name``, ``--flag_name``, ``--flag=value``, ``-r3``); the rendezvous flags
-(``--rdzv-*``, ``--nnodes MIN:MAX``) are :mod:`.rdzv_flags`'. What each one does here is in its
+(``--rdzv-*``, ``--nnodes MIN:MAX``) are :mod:`.rdzv`'. What each one does here is in its
 help text and in docs/launch.md ("torchrun's command line"). In short:
 
 * ``--standalone``: one node, this host, a free port on loopback, a new job id (torchrun's c10d on
@@ -23,7 +23,7 @@ help text and in docs/launch.md ("torchrun's command line"). In short:
   (:mod:`.executable`); ``--run-path``: the script is run with ``runpy.run_path``, as ranks run
   scripts here anyway.
 * ``--redirects``/``--tee VALUE``/``--duplicate-*-filters``/``--logs-specs``: torchrun's log layout
-  (:mod:`.logs_layout`). ``--tee`` with no value stays the launcher's switch for ``--log-dir``.
+  (:mod:`.logs`). ``--tee`` with no value stays the launcher's switch for ``--log-dir``.
 * ``--role``, ``--monitor-interval``, ``--signals-to-handle``, ``--shutdown-timeout``,
   ``--virtual-local-rank``, ``--local-addr``, ``--event-log-handler``: as torchrun's agent uses them.
 * ``--start-method``, ``--numa-binding``, ``--enable_tiered_parallel_tcpstore``: accepted with

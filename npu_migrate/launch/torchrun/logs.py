@@ -24,7 +24,7 @@ What torchrun does, and so what the launcher does with these flags (``torch/dist
 * ``--logs-specs NAME`` replaces the layout with the class registered as entry point ``NAME`` in the
   ``torchrun.logs_specs`` group (a ``LogsSpecs`` subclass), as torchrun does.
 
-The relay (:mod:`.output`) writes what :func:`destinations` says; ``--local-ranks-filter`` is part of
+The relay (:mod:`..procs.output`) writes what :func:`destinations` says; ``--local-ranks-filter`` is part of
 it (a filtered rank's tee'd streams go to their files only, its console streams nowhere). Without
 any of these flags the launcher keeps its own layout (``--log-dir DIR``: ``DIR/rank{N}.log``).
 """

@@ -20,7 +20,7 @@ them). What each flag means here:
 * ``--rdzv-backend c10d``: ``--rdzv-endpoint HOST[:PORT]`` (port 29400 when none, as torchrun) is
   node 0's address and port, where its launcher serves the job's stores (``PORT`` for the ranks,
   ``PORT + 1`` for the launchers). Without ``--node-rank`` the rendezvous assigns the node ranks
-  (:mod:`.assignment`); with ``--nnodes MIN:MAX`` it waits for MIN nodes, then up to
+  (:mod:`..nodes.assignment`); with ``--nnodes MIN:MAX`` it waits for MIN nodes, then up to
   ``last_call_timeout`` for more, up to MAX, and fixes the world there.
 * Other backends (``etcd``, ``etcd-v2``, plug-ins) are refused: the launcher's nodes meet in node
   0's store, not in an external service.
@@ -82,7 +82,7 @@ class RdzvSettings:
     Attributes:
         backend: ``static`` or ``c10d``.
         assign: node ranks come from the rendezvous (c10d without ``--node-rank``, several nodes):
-            the config's ``node_rank`` is -1 until :mod:`.assignment` gives one.
+            the config's ``node_rank`` is -1 until :mod:`..nodes.assignment` gives one.
         min_nodes: with ``--nnodes MIN:MAX`` (c10d, ranks assigned), MIN; None: ``--nnodes`` is fixed.
         last_call_timeout: seconds to wait for more nodes once ``min_nodes`` are in.
         close_timeout: torch's handler's close timeout (None: :data:`.timing.ROUND_CLOSE_S`).

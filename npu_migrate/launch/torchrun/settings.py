@@ -7,10 +7,10 @@ Usage (by :func:`.config.make_config`)::
     spec = device_spec("gpu", device, _device.device_spec)      # no CUDA: a usage error, as torchrun's
     cfg_fields = settle(opts, spec, environ, nproc)             # {"torchrun": Settings(...)}, checked
 
-The flags themselves are :mod:`.torchrun_flags`'; :class:`Settings` is read by the worker's
+The flags themselves are :mod:`.flags`'; :class:`Settings` is read by the worker's
 environment (:meth:`.config.LaunchConfig.worker_env`), the relay's prefix (``--role``), the
-supervisor and :mod:`.ranks` (``--signals-to-handle``, ``--shutdown-timeout``,
-``--monitor-interval``), :mod:`.elastic_events` and the rendezvous (``--local-addr``).
+supervisor and :mod:`..procs.ranks` (``--signals-to-handle``, ``--shutdown-timeout``,
+``--monitor-interval``), :mod:`.events` and the rendezvous (``--local-addr``).
 """
 
 from __future__ import annotations
