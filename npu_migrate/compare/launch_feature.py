@@ -30,7 +30,7 @@ def usage_errors() -> Iterator[None]:
     try:
         yield
     except settings.ProbeError as exc:
-        raise UsageError(str(exc)) from None
+        raise UsageError(str(exc)) from exc
 
 
 class ProbeJob:

@@ -230,10 +230,10 @@ def read_rank_file(path: str, rank: int) -> RankRecording:
                     obj = json.loads(line)
             except (ValueError, RecursionError) as exc:
                 if torn is not None:
-                    raise _bad(path, torn[0], torn[1]) from None
+                    raise _bad(path, torn[0], torn[1]) from exc
                 torn = (number, "not JSON" if isinstance(exc, ValueError) else "JSON nested too deeply")
                 if isinstance(exc, RecursionError):
-                    raise _bad(path, *torn) from None
+                    raise _bad(path, *torn) from exc
                 continue
             try:
                 if not isinstance(obj, dict):
@@ -248,7 +248,7 @@ def read_rank_file(path: str, rank: int) -> RankRecording:
             except RecordError:
                 raise
             except _UNREADABLE as exc:
-                raise _bad(path, number, _reason(exc)) from None
+                raise _bad(path, number, _reason(exc)) from exc
     if torn is not None:
         rec.notes.append(f"{path}:{torn[0]}: unreadable line skipped (torn by a crash?)")
     if not rec.headers:

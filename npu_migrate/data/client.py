@@ -146,11 +146,11 @@ def filesystem(url: str | StorageURL) -> Any:
         raise StorageError(
             f"{parsed.url}: {parsed.scheme}:// URLs need the storage extra (fsspec, s3fs), which is not "
             f"installed ({exc.name or 's3fs'} is missing). Install it: {EXTRA}", kind="not_installed",
-            url=parsed.url) from None
+            url=parsed.url) from exc
     try:
         kwargs = client_settings(parsed.scheme)
     except StorageError as exc:
-        raise StorageError(f"{parsed.url}: {exc}", kind=exc.kind, url=parsed.url) from None
+        raise StorageError(f"{parsed.url}: {exc}", kind=exc.kind, url=parsed.url) from exc
     cache_key = (parsed.scheme, os.getpid(), repr(sorted(kwargs.items())))
     with _FS_LOCK:
         fs = _FILESYSTEMS.get(cache_key)

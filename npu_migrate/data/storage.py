@@ -70,7 +70,7 @@ def list_files(url: str | os.PathLike) -> list[RemoteFile]:
         if not found:
             fs.ls(parsed.bucket, refresh=True)  # an empty listing: tell "no bucket" from "no files"
     except Exception as exc:  # noqa: BLE001 - translated into one line
-        raise _missing(fs, parsed, exc) from None
+        raise _missing(fs, parsed, exc) from exc
     base = parsed.path.rstrip("/") + "/"
     files = []
     for name, info in sorted(found.items()):
@@ -108,7 +108,7 @@ def stream_from(url: str, start: int, *, etag: str | None = None, block: int = 2
         response = sync(fs.loop, fs._call_s3, "get_object", Bucket=parsed.bucket, Key=parsed.key,
                         Range=f"bytes={start}-")
     except Exception as exc:  # noqa: BLE001
-        raise _missing(fs, parsed, exc) from None
+        raise _missing(fs, parsed, exc) from exc
     body = response["Body"]
     try:
         if etag is not None and normalize_etag(response.get("ETag", "")) != etag:
@@ -118,7 +118,7 @@ def stream_from(url: str, start: int, *, etag: str | None = None, block: int = 2
             try:
                 piece = sync(fs.loop, body.read, block)
             except Exception as exc:  # noqa: BLE001
-                raise translate(exc, parsed) from None
+                raise translate(exc, parsed) from exc
             if not piece:
                 return
             yield piece
@@ -137,12 +137,12 @@ def read_bytes(url: str | os.PathLike) -> bytes:
         try:
             return Path(parsed.key).read_bytes()
         except OSError as exc:
-            raise translate(exc, parsed) from None
+            raise translate(exc, parsed) from exc
     fs = filesystem(parsed)
     try:
         return fs.cat_file(parsed.path)
     except Exception as exc:  # noqa: BLE001
-        raise _missing(fs, parsed, exc) from None
+        raise _missing(fs, parsed, exc) from exc
 
 
 def check_bucket(url: str | os.PathLike) -> None:
@@ -160,7 +160,7 @@ def check_bucket(url: str | os.PathLike) -> None:
         error = translate(exc, parsed)
         if error.kind == "missing_object":
             error = translate(_NoSuchBucket(), parsed)
-        raise error from None
+        raise error from exc
 
 
 def write_bytes_atomic(url: str | os.PathLike, data: bytes) -> None:
@@ -178,7 +178,7 @@ def write_bytes_atomic(url: str | os.PathLike, data: bytes) -> None:
             path.parent.mkdir(parents=True, exist_ok=True)
             fileio.write_atomic(path, data, mode=fileio.default_mode())  # never through a planted symlink
         except OSError as exc:
-            raise translate(exc, parsed) from None
+            raise translate(exc, parsed) from exc
         return
     if not parsed.key:
         raise StorageError(f"{parsed.url}: no object name after the bucket.", kind="config", url=parsed.url)
@@ -189,4 +189,4 @@ def write_bytes_atomic(url: str | os.PathLike, data: bytes) -> None:
         error = translate(exc, parsed)
         if error.kind == "missing_object":  # a PUT answered 404: the bucket is what is missing
             error = translate(_NoSuchBucket(), parsed)
-        raise error from None
+        raise error from exc

@@ -186,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
         if probe is not None:
             probe.prepare_directory()
     except probe_settings.ProbeError as exc:  # flags or a directory that cannot be used: nothing has run
-        raise UsageError(str(exc)) from None
+        raise UsageError(str(exc)) from exc
     if probe is not None:
         probe.export()  # processes the script starts record too
     from npu_migrate.migrate import usercode
@@ -216,7 +216,7 @@ def run(args: argparse.Namespace) -> int:
             raise DistributedConfigError(
                 f"{where or 'the script'} needs {name}, which torchrun sets for each rank: a torchrun-style "
                 f"script runs as ranks, and run starts one process. Start it as ranks: {command}"
-            ) from None
+            ) from exc
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         if exc.code is not None and not isinstance(exc.code, int):

@@ -88,7 +88,7 @@ def one_rank() -> Iterator[None]:
         try:
             avoid = hccl.host_ports(dict(os.environ))
         except ValueError as exc:
-            raise UsageError(f"{exc} Fix or unset it.") from None  # the launcher's words for it
+            raise UsageError(f"{exc} Fix or unset it.") from exc  # the launcher's words for it
         picked = ports.pick_free_port(avoid)
         os.environ["MASTER_PORT"] = str(picked)
     for key, value in _ONE_RANK.items():

@@ -157,7 +157,7 @@ def port_source(
     try:
         module = cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
-        raise _syntax_error(source, exc) from None
+        raise _syntax_error(source, exc) from exc
     new, changes, findings, changed = transform(module, rules, style, report_only, DEFERRED, source)
     code = new.code if changed else source
     return PortResult(source, code, tuple(changes), tuple(findings))

@@ -298,7 +298,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         select_rules(select or None, ignore or None)
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        raise UsageError(str(exc)) from exc
     out = Path(args.out).resolve() if args.out else None
     if out is not None and out.exists() and not out.is_dir():
         raise UsageError(f"--out {args.out} is a file. Expected a directory (it is created if missing).")

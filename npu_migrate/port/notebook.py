@@ -119,7 +119,7 @@ def port_notebook(text: str, style: str = "npu_migrate", select: Optional[Sequen
     try:
         nb = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise NotebookError(f"not a notebook: invalid JSON at line {exc.lineno}, column {exc.colno}") from None
+        raise NotebookError(f"not a notebook: invalid JSON at line {exc.lineno}, column {exc.colno}") from exc
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
         raise NotebookError("not a notebook: no 'cells' list (nbformat 4 is expected)")
     magics: list[str] = []
@@ -155,7 +155,7 @@ def port_notebook(text: str, style: str = "npu_migrate", select: Optional[Sequen
     try:
         result = port_source(joined, style=style, select=select, ignore=ignore, report_only=report_only)
     except PortSyntaxError as exc:  # the cells parse one by one, so this is a bug of the joining
-        raise NotebookError(f"the code cells do not parse together: {exc}") from None
+        raise NotebookError(f"the code cells do not parse together: {exc}") from exc
 
     def locate(item: Any) -> Any:
         cell_line, cell = 1, None

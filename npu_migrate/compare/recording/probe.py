@@ -223,7 +223,7 @@ class Probe:
             self._closed = True
             link = " (it is a symlink: probe files are never written through one)" if os.path.islink(path) else ""
             raise ProbeError(f"probe file {path!r} cannot be opened: {exc.strerror or exc}{link}. Choose a "
-                             "directory of your own for --probe.") from None
+                             "directory of your own for --probe.") from exc
         self._pid = os.getpid()
         self._device_type, device_name = self._device()
         # On an accelerator a thread writes, so that the training thread never waits for the device's
