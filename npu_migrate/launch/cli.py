@@ -33,7 +33,7 @@ from npu_migrate.launch.setup import ports
 from npu_migrate.launch.torchrun import rdzv as rdzv_flags
 from npu_migrate.launch.setup.config import CONTROL_PORT_OFFSET, DEFAULT_PORT, Target, make_config, world_table
 from npu_migrate.launch import signals
-from npu_migrate.launch.setup import hccl, ranktable, schedulers
+from npu_migrate.launch.setup import binding, hccl, ranktable, schedulers
 from npu_migrate.launch.torchrun import executable, flags as torchrun_flags
 from npu_migrate.launch.errors import LaunchUsageError, say
 from npu_migrate.launch.procs.forkserver import start_fork_server, stop_fork_server
@@ -159,6 +159,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="How long to wait for RANK_TABLE_FILE's status to become 'completed' (default: "
                              f"{ranktable.TIMEOUT_ENV}, else {ranktable.DEFAULT_TIMEOUT:g}: the operator writes it once "
                              "every pod has its NPUs).")
+    bind = parser.add_argument(
+        "--cpu-binding", "--cpu_binding", dest="cpu_binding", action=torchrun_flags.OptionalChoice, nargs="?",
+        const="node", default=None, metavar="MODE",
+        help="Run each rank on the CPUs near its device, intersected with the CPUs the launcher may use (taskset, "
+             "a cgroup CPU set): node (its device's NUMA node; the default MODE), socket (the node's package), "
+             "exclusive (a disjoint share of the node), core-complex (as exclusive), none. On CPU, disjoint shares "
+             "of those CPUs. Threads follow each rank's set; on the NPU family CPU_AFFINITY_CONF tells torch-npu "
+             "the same. Default: node on the NPU family (as torch-npu recommends), none elsewhere; a "
+             "CPU_AFFINITY_CONF of your own wins. --numa-binding is torchrun's spelling.")
+    bind.metavar_choices = binding.MODES
     parser.add_argument("-m", "--module", action="store_true",
                         help="Run SCRIPT as a module, like python -m.")
     torchrun_flags.add_arguments(parser)  # torchrun's other flags: --standalone, --no-python, --redirects...
@@ -193,12 +203,13 @@ def build_parser(subparsers: Any = None) -> argparse.ArgumentParser:
 
 
 def print_env(environ: dict[str, str]) -> str:
-    """``--print-env``: the scheduler and the variables it was read from, the rank table, HCCL's ports."""
+    """``--print-env``: the scheduler and the variables it was read from, the rank table, the CPUs and
+    NUMA nodes binding divides (:mod:`.binding`), HCCL's ports."""
     try:
         found = schedulers.detect(environ)
         ports = hccl.host_ports(environ)
     except ValueError as exc:
-        raise LaunchUsageError(f"could not read the cluster environment: {exc}.") from None
+        raise LaunchUsageError(f"could not read the cluster environment: {exc}.") from exc
     lines = [schedulers.describe(found)]
     if found.rank_table:
         try:
@@ -209,6 +220,7 @@ def print_env(environ: dict[str, str]) -> str:
         if table is not None:
             lines += [f"  server {s.index} {s.name()}: devices {','.join(map(str, s.device_ids))} -> ranks "
                       f"{','.join(map(str, s.ranks))}" for s in table.servers]
+    lines.append(binding.describe_host(environ))
     lines.append(f"HCCL host ports: {ports.describe()}; the launcher's ports stay outside them")
     lines.append("HCCL variables every node must share: "
                  + ", ".join(f"{k}={v or '(unset)'}" for k, v in hccl.agreed_values(environ).items()))
@@ -273,9 +285,10 @@ def _run(args: argparse.Namespace) -> int:
         print(world_table(cfg, target))
         return 0
     notes = "".join(f", {note}" for note in (job.describe(cfg.device) for job in jobs) if note)
-    if cfg.torchrun.numa_binding:
-        notes += f", --numa-binding {cfg.torchrun.numa_binding} not applied (ranks may run on every CPU of the launcher)"
-    threads = f", {cfg.omp_threads} thread(s) per rank" if cfg.omp_threads else ""
+    if cfg.binding.note:
+        notes += f", {cfg.binding.note}"
+    counts = sorted(set(cfg.binding.threads)) if cfg.binding.threads and cfg.omp_threads else [cfg.omp_threads]
+    threads = f", {'/'.join(map(str, counts))} thread(s) per rank" if cfg.omp_threads else ""
     where = cfg.rdzv.describe(cfg.nnodes) if cfg.rdzv.assign else f"node {cfg.node_rank} of {cfg.nnodes}"
     say(f"{where}: {cfg.nproc} process(es) on {cfg.device} with {cfg.backend}, "
         f"master {cfg.addr}:{cfg.port}, {cfg.net_note}{threads} (settings from {cfg.sources}){notes}")

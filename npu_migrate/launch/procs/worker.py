@@ -9,8 +9,8 @@ In order, :func:`worker_main`:
 
 1. ties the worker to the launcher (own session and process group, PR_SET_PDEATHSIG, a watcher thread);
 2. :func:`prepare`: sets the rank's environment, sends stdout/stderr to the launcher's relay
-   (:mod:`.output`; FIFOs in ``error_dir``, the job's private run directory), sets torch's
-   threads and binds the device; new per-worker steps belong here;
+   (:mod:`.output`; FIFOs in ``error_dir``, the job's private run directory), binds the rank to
+   its CPUs (``--cpu-binding``), sets torch's threads and binds the device; new per-worker steps belong here;
 3. arms the rank's flight record and stack dumps (:mod:`..hangs.flight`, :mod:`..hangs.stacks`) in the
    launcher's run directory (``error_dir``): no change to the user's script;
 4. runs the script (``runpy``), module or function, in a process that multiprocessing sees as a
@@ -188,9 +188,30 @@ def _set_threads() -> None:
             torch.set_num_threads(int(value))
 
 
+def _bind_cpus(cpus: tuple[int, ...]) -> None:
+    """Run every thread of this rank on ``cpus`` (``--cpu-binding``, :mod:`.binding`).
+
+    ``sched_setaffinity(0)`` binds the calling thread only; the threads this worker has already
+    (the launcher watch) are bound one by one, and every thread started later inherits the set.
+    """
+    if not cpus or not hasattr(os, "sched_setaffinity"):
+        return
+    try:
+        tids = [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:
+        tids = [0]
+    for tid in tids:
+        try:
+            os.sched_setaffinity(tid, cpus)
+        except OSError:  # a thread that ended meanwhile
+            pass
+
+
 def prepare(local_rank: int, cfg: LaunchConfig, restart: int, run_dir: str | None = None) -> None:
-    """Everything a worker needs before user code: environment, output, threads, device."""
+    """Everything a worker needs before user code: environment, output, CPUs, threads, device."""
     os.environ.update(cfg.worker_env(local_rank, restart))
+    if local_rank < len(cfg.binding.cpus):
+        _bind_cpus(cfg.binding.cpus[local_rank])
     # Node 0's launcher serves MASTER_PORT on the job's address; every rank is its client (:mod:`..nodes.servers`).
     os.environ[servers.AGENT_STORE_ENV] = "True"
     for name in (secret.SECRET_ENV, secret.FD_ENV):  # the launcher's alone: not the script's, nor its children's

@@ -2,7 +2,8 @@
 
 * :mod:`.options`: the options as the user gives them (flags, ``spawn()``'s keywords);
 * :mod:`.config`: one node's checked settings and the world table; :mod:`.target`: what each worker runs;
-* :mod:`.cluster`: host lists, addresses, interfaces, cores; :mod:`.schedulers`: which scheduler
+* :mod:`.cluster`: host lists, addresses, interfaces, cores; :mod:`.binding`: each rank's CPUs
+  (``--cpu-binding``); :mod:`.schedulers`: which scheduler
   started the launcher and what its variables say; :mod:`.ranktable`: HCCL rank tables, and the
   wait until the scheduler has written one;
 * :mod:`.ports`: the job's ports; :mod:`.hccl`: HCCL's host ports and the variables nodes share;

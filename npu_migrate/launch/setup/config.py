@@ -23,7 +23,7 @@ import socket
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from npu_migrate.launch.setup import cluster, hccl, ports, ranktable, schedulers
+from npu_migrate.launch.setup import binding as cpu_binding, cluster, hccl, ports, ranktable, schedulers
 
 from npu_migrate.launch.torchrun import rdzv as rdzv_flags, settings as torchrun_settings
 from npu_migrate.launch.errors import LaunchError, LaunchUsageError
@@ -105,6 +105,7 @@ class LaunchConfig:
     rdzv: rdzv_flags.RdzvSettings = rdzv_flags.RdzvSettings()
     torchrun: torchrun_settings.Settings = torchrun_settings.Settings()
     error_files: tuple[str, ...] = ()
+    binding: cpu_binding.Binding = cpu_binding.Binding()
 
     @property
     def world_size(self) -> int:
@@ -146,6 +147,10 @@ class LaunchConfig:
         env.update(self.torchrun.env(local_rank))  # --virtual-local-rank
         if self.omp_threads is not None:
             env["OMP_NUM_THREADS"] = str(self.omp_threads)
+        bound = self.binding.env(local_rank)  # CPU_AFFINITY_CONF; threads from the rank's own CPUs
+        if self.omp_threads is None:  # the user's OMP_NUM_THREADS wins
+            bound.pop("OMP_NUM_THREADS", None)
+        env.update(bound)
         env.update(self.net_env)
         return env
 
@@ -363,8 +368,12 @@ def make_config(
     omp = None if "OMP_NUM_THREADS" in environ else max(1, cluster.node_cores() // nproc)
     backend = _device.default_backend(spec)
     net_env, net_note = cluster.network_env(plain["addr"], backend, environ, multi_node=plain["nnodes"] > 1)
+    torchrun = torchrun_settings.settle(opts, spec, environ, nproc)
+    mode = opts.cpu_binding or torchrun["torchrun"].numa_binding  # --numa-binding: torchrun's spelling
+    devices = [torchrun["torchrun"].device_index(i) for i in range(nproc)] if spec.is_accelerator else list(range(nproc))
+    binding = cpu_binding.plan_binding(mode, spec.name, devices, count if spec.is_accelerator else nproc, environ)
     return LaunchConfig(
-        **torchrun_settings.settle(opts, spec, environ, nproc),
+        **torchrun, binding=binding,
         nproc=nproc, device=spec.name, backend=backend, log_dir=log_dir,
         max_restarts=opts.max_restarts, join_timeout=settled.join_timeout, omp_threads=omp,
         job_id=opts.job_id or default_job_id(plain["addr"], plain["port"], identity, environ),

@@ -21,6 +21,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from npu_migrate.launch.errors import LaunchUsageError
+from npu_migrate.launch.setup.binding import MODES
 from npu_migrate.launch.torchrun.logs import TorchrunLogs
 from npu_migrate.launch.procs.output import OutputSettings, output_settings
 
@@ -104,6 +105,7 @@ class LaunchOptions:
     local_addr: str | None = None
     event_log_handler: str | None = None
     numa_binding: str | None = None
+    cpu_binding: str | None = None
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -183,6 +185,8 @@ class LaunchOptions:
                                    "for the other nodes.")
         if self.monitor_interval is not None and self.monitor_interval < 0:
             raise LaunchUsageError(f"--monitor-interval {self.monitor_interval:g} is negative: expected seconds.")
+        if self.cpu_binding is not None and self.cpu_binding not in MODES:
+            raise LaunchUsageError(f"--cpu-binding {self.cpu_binding!r} is not one of: {', '.join(MODES)}.")
         if self.shutdown_timeout is not None and self.shutdown_timeout < 0:
             raise LaunchUsageError(f"--shutdown-timeout {self.shutdown_timeout:g} is negative: expected seconds "
                                    "before SIGKILL.")

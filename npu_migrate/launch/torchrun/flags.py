@@ -133,11 +133,32 @@ def _true_false(text: str) -> str:
 
 
 class _TeeTookWord(Exception):
-    """``--tee`` (the launcher's switch) took the next word, which is no stream value: parse again."""
+    """``--tee`` (the launcher's switch) took the next word, which is no stream value: parse again.
 
-    def __init__(self, word: str) -> None:
+    ``flags``: the spellings of the flag that took it; ``switch``: the word that replaces the flag.
+    """
+
+    def __init__(self, word: str, flags: tuple[str, ...] = ("--tee", "-t"), switch: str = "--tee=") -> None:
         super().__init__(word)
-        self.word = word
+        self.word, self.flags, self.switch = word, flags, switch
+
+
+class OptionalChoice(argparse.Action):
+    """A flag whose value may be left out (``--cpu-binding``, ``--cpu-binding exclusive``): a next word that
+    is none of its choices is the script's (``--cpu-binding train.py``), and the flag takes ``const``."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        if values is None or values == "":
+            values = self.const
+        elif values not in (self.metavar_choices or ()):
+            if os.path.exists(values) or values.endswith(".py"):
+                raise _TeeTookWord(values, tuple(self.option_strings), f"{self.option_strings[0]}=")
+            raise argparse.ArgumentError(self, f"invalid choice: {values!r} (choose from "
+                                               f"{', '.join(map(repr, self.metavar_choices or ()))})")
+        setattr(namespace, self.dest, values)
+
+    metavar_choices: tuple[str, ...] | None = None
 
 
 class _Tee(argparse.Action):
@@ -183,12 +204,14 @@ def parse_args(parser: argparse.ArgumentParser, argv: Sequence[str] | None = Non
         try:
             return call(words)  # type: ignore[return-value]
         except _TeeTookWord as took:
-            at = next((i for i, w in enumerate(words[:-1]) if w in ("--tee", "-t") and words[i + 1] == took.word),
+            at = next((i for i, w in enumerate(words[:-1]) if w in took.flags and words[i + 1] == took.word),
                       None)
+            if at is None and took.flags[0] != "--tee":
+                parser.error(f"argument {took.flags[0]}: invalid choice: {took.word!r}")
             if at is None:  # --tee=WORD: a value, and not one of torchrun's
                 parser.error(f"argument -t/--tee: {took.word!r} is not a stream value: expected 0 (none), "
                              "1 (stdout), 2 (stderr) or 3 (both), or local-rank:value pairs such as 0:1,1:2")
-            words[at] = "--tee="
+            words[at] = took.switch
     return call(words)  # type: ignore[return-value]
 
 
@@ -249,9 +272,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="This node's address in a multi-node rendezvous (default: the address of the interface "
                              "that reaches node 0), as torchrun's agent gives it to the rendezvous.")
     parser.add_argument("--numa-binding", "--numa_binding", dest="numa_binding", choices=NUMA_BINDINGS, default=None,
-                        help="torchrun's (torch >= 2.9) binding of each rank to the CPUs near its device; accepted, "
-                             "and not applied yet: ranks run on every CPU the launcher may use (the start-up line "
-                             "says so).")
+                        help="torchrun's (torch >= 2.9) binding of each rank to the CPUs near its device: the "
+                             "launcher's --cpu-binding with that mode (which wins where both are given).")
     parser.add_argument("--signals-to-handle", "--signals_to_handle", dest="signals_to_handle", type=signal_numbers,
                         default=None, metavar="SIGNALS",
                         help="The signals that stop the job: the launcher forwards each to every rank's process "

@@ -51,7 +51,7 @@ def test_standalone_with_role_prefix_events_and_torchruns_variables(tmp_path: Pa
         assert env["TORCHELASTIC_ERROR_FILE"].endswith(f"torchelastic-error-rank{rank}.json")
         assert r["sum"] == 3.0 and r["argv"] == [str(SCRIPT), "--say", "hi"]  # --run-path wins over --no-python
     assert f"trainer0@{HOST}: hi from rank 0" in job.outtext and f"trainer1@{HOST}: hi from rank 1" in job.outtext
-    assert "settings from flags" in job.err and "--numa-binding node not applied" in job.err
+    assert "settings from flags" in job.err and "CPU binding node (disjoint shares" in job.err
     events = [json.loads(line) for line in job.err.splitlines() if line.startswith('{"name": "torchelastic')]
     assert [(e["name"].rsplit(".", 1)[1], e["source"], e["metadata"]["global_rank"], e["metadata"]["role"])
             for e in events] == [("START", "WORKER", 0, "trainer"), ("START", "WORKER", 1, "trainer"),
