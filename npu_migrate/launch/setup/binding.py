@@ -9,8 +9,9 @@ Usage::
 
 Where each device sits: its PCI device's ``numa_node`` in sysfs. An NPU is ``davinci<N>`` (its
 class device's ``device`` link where the driver makes one, else the N-th PCI function of Huawei's
-vendor id ``0x19e5`` in bus order); a CUDA GPU the N-th PCI display/3D function of NVIDIA's
-``0x10de`` in bus order (``CUDA_VISIBLE_DEVICES`` of numbers mapped). A node's CPUs:
+vendor id ``0x19e5`` in bus order); a CUDA GPU its PCI address as CUDA reports it (``bus_ids``),
+else the N-th PCI display/3D function of NVIDIA's ``0x10de`` in bus order (``CUDA_VISIBLE_DEVICES``
+of numbers mapped). A node's CPUs:
 ``devices/system/node/node<K>/cpulist``. Every set is intersected with the CPUs the launcher may
 use (``os.sched_getaffinity``: a ``taskset``, a container's or Slurm's cgroup CPU set), which is
 what binding divides. Where a device's node is not readable, torch-npu's own default applies:
@@ -116,9 +117,12 @@ def _pci_functions(sysfs: str, family: str) -> list[str]:
     return found
 
 
-def device_numa_node(sysfs: str, family: str, physical: int) -> int | None:
-    """The NUMA node of device ``physical`` (a ``davinci`` number, a CUDA ordinal), or None where unknown."""
-    paths: list[str] = []
+def device_numa_node(sysfs: str, family: str, physical: int, bus_id: str | None = None) -> int | None:
+    """The NUMA node of device ``physical`` (a ``davinci`` number, a CUDA ordinal), or None where unknown.
+
+    ``bus_id``: the device's PCI address (``0000:3b:00.0``) where its runtime says it: read first.
+    """
+    paths: list[str] = [os.path.join(sysfs, "bus", "pci", "devices", bus_id.lower(), "numa_node")] if bus_id else []
     if family == "npu":  # the class device's link to its PCI function, where the driver makes one
         paths += glob.glob(os.path.join(sysfs, "class", "*", f"davinci{physical}", "device", "numa_node"))
     functions = _pci_functions(sysfs, family)
@@ -191,7 +195,7 @@ def default_mode(family: str) -> str:
 
 def plan_binding(mode: str | None, family: str, devices: list[int], device_count: int,
                  environ: dict[str, str] | os._Environ[str], allowed: list[int] | None = None,
-                 sysfs_root: str | None = None) -> Binding:
+                 sysfs_root: str | None = None, bus_ids: list[str | None] | None = None) -> Binding:
     """Each local rank's CPUs for ``mode`` (None: :func:`default_mode`).
 
     Args:
@@ -202,6 +206,8 @@ def plan_binding(mode: str | None, family: str, devices: list[int], device_count
         environ: for the visible-devices mask, ``CPU_AFFINITY_CONF`` and :data:`SYSFS_ROOT_ENV`.
         allowed: the CPUs the launcher may use (default: its affinity).
         sysfs_root: where sysfs is (default: :data:`SYSFS_ROOT_ENV`, else ``/sys``).
+        bus_ids: each local rank's device's PCI address where the runtime reports it (CUDA's
+            ``get_device_properties``); else the device is found by vendor and bus order.
     """
     mode = default_mode(family) if mode is None else mode
     if mode == "none" or not devices:
@@ -223,7 +229,7 @@ def plan_binding(mode: str | None, family: str, devices: list[int], device_count
         how = "disjoint shares of the allowed CPUs"
     else:
         cpus, how = _device_sets(mode, family, devices, device_count, environ, allowed,
-                                 sysfs_root or environ.get(SYSFS_ROOT_ENV) or "/sys")
+                                 sysfs_root or environ.get(SYSFS_ROOT_ENV) or "/sys", bus_ids or [])
     sharing = [sum(1 for other in cpus if other == mine) for mine in cpus]
     threads = tuple(max(1, len(mine) // n) for mine, n in zip(cpus, sharing))
     conf = None
@@ -240,11 +246,12 @@ def plan_binding(mode: str | None, family: str, devices: list[int], device_count
 
 def _device_sets(mode: str, family: str, devices: list[int], device_count: int,
                  environ: dict[str, str] | os._Environ[str], allowed: list[int],
-                 sysfs: str) -> tuple[list[list[int]], str]:
+                 sysfs: str, bus_ids: list[str | None]) -> tuple[list[list[int]], str]:
     """Each rank's CPUs from its device's NUMA node, else torch-npu's default split."""
     nodes = numa_nodes(sysfs)
     allowed_set = set(allowed)
-    found = [device_numa_node(sysfs, family, p) for p in physical_ids(family, devices, environ)]
+    found = [device_numa_node(sysfs, family, p, bus_ids[i] if i < len(bus_ids) else None)
+             for i, p in enumerate(physical_ids(family, devices, environ))]
     split = max(device_count, len(devices), 1)
     cpus: list[list[int]] = []
     fallback = 0

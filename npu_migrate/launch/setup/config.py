@@ -275,6 +275,27 @@ def _accelerators(spec: Any) -> int:
     return int(getattr(torch, spec.name).device_count())
 
 
+def _bus_ids(spec: Any, devices: list[int], mode: str | None) -> list[str | None]:
+    """Each CUDA device's PCI address (``0000:3b:00.0``) as CUDA reports it, for ``--cpu-binding``.
+
+    Asked only where binding is on (it initialises CUDA in the launcher, after the fork server
+    started); an NPU's comes from sysfs alone (torch-npu reports none), and so does any device
+    whose properties lack it.
+    """
+    if spec.name != "cuda" or (mode or cpu_binding.default_mode(spec.name)) == "none":
+        return []
+    import torch
+
+    found: list[str | None] = []
+    for device in devices:
+        try:
+            props = torch.cuda.get_device_properties(device)
+            found.append(f"{props.pci_domain_id:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0")
+        except (AttributeError, RuntimeError, AssertionError):
+            found.append(None)
+    return found
+
+
 @ports.released_on_error
 def make_config(
     options: LaunchOptions | int | None = None,
@@ -371,7 +392,8 @@ def make_config(
     torchrun = torchrun_settings.settle(opts, spec, environ, nproc)
     mode = opts.cpu_binding or torchrun["torchrun"].numa_binding  # --numa-binding: torchrun's spelling
     devices = [torchrun["torchrun"].device_index(i) for i in range(nproc)] if spec.is_accelerator else list(range(nproc))
-    binding = cpu_binding.plan_binding(mode, spec.name, devices, count if spec.is_accelerator else nproc, environ)
+    binding = cpu_binding.plan_binding(mode, spec.name, devices, count if spec.is_accelerator else nproc, environ,
+                                       bus_ids=_bus_ids(spec, devices, mode))
     return LaunchConfig(
         **torchrun, binding=binding,
         nproc=nproc, device=spec.name, backend=backend, log_dir=log_dir,

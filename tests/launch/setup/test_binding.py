@@ -186,3 +186,49 @@ def test_npu_ranks_bound_to_their_nodes_on_the_stand_in(tmp_path: Path) -> None:
                               env=child_env(FAKE_NPU, NPU_MIGRATE_SYSFS_ROOT=str(sysfs)), capture_output=True,
                               text=True, timeout=120).stdout
     assert f"davinci0 on node 0" in env_line and "davinci7 on node 1" in env_line
+
+
+def test_a_gpu_found_by_the_pci_address_cuda_reports(tmp_path: Path) -> None:
+    fake_sysfs(tmp_path, ["0-7", "8-15"], [])
+    for bus, node in (("0000:1a:00.0", 0), ("0000:9c:00.0", 1)):
+        gpu = tmp_path / "bus/pci/devices" / bus
+        gpu.mkdir(parents=True)
+        for name, value in (("vendor", "0x10de"), ("class", "0x030200"), ("numa_node", str(node))):
+            (gpu / name).write_text(value + "\n")
+    # CUDA's order (fastest first) may differ from the bus order: its own addresses decide.
+    got = binding.plan_binding("node", "cuda", [0, 1], 2, {}, allowed=list(range(16)), sysfs_root=str(tmp_path),
+                               bus_ids=["0000:9C:00.0", "0000:1a:00.0"])
+    assert got.cpus == (tuple(range(8, 16)), tuple(range(8))) and got.conf is None and got.threads == (8, 8)
+    by_order = binding.plan_binding("exclusive", "cuda", [0], 1, {"CUDA_VISIBLE_DEVICES": "1"}, allowed=list(range(16)),
+                                    sysfs_root=str(tmp_path))
+    assert by_order.cpus == (tuple(range(8, 16)),)  # visible device 0 is the host's GPU 1, on node 1
+
+
+def test_worker_env_threads_follow_the_set_unless_the_user_set_them() -> None:
+    from npu_migrate.launch.setup.config import LaunchConfig
+
+    bound = binding.Binding(mode="node", cpus=((0, 1, 2, 3),), threads=(4,), conf="1,npu0:0-3,force:1")
+    env = LaunchConfig(nproc=1, omp_threads=2, binding=bound).worker_env(0)
+    assert (env["OMP_NUM_THREADS"], env["CPU_AFFINITY_CONF"]) == ("4", "1,npu0:0-3,force:1")
+    assert "OMP_NUM_THREADS" not in LaunchConfig(nproc=1, omp_threads=None, binding=bound).worker_env(0)
+
+
+@pytest.mark.parametrize(("words", "mode", "script"), [
+    (["--cpu-binding", "train.py"], "node", "train.py"),
+    (["--cpu-binding", "exclusive", "train.py"], "exclusive", "train.py"),
+    (["--cpu-binding=none", "train.py", "--cpu-binding", "x"], "none", "train.py"),  # the script's own words
+    (["--numa-binding", "socket", "train.py"], None, "train.py"),
+])
+def test_the_flag_takes_an_optional_mode(words: list[str], mode: str | None, script: str) -> None:
+    from npu_migrate.launch import cli
+
+    args = cli.build_parser().parse_args(words)
+    assert (args.cpu_binding, args.script) == (mode, script)
+
+
+def test_a_mode_that_is_none_of_them_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    from npu_migrate.launch import cli
+
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["--cpu-binding", "nodes", "train.py"])
+    assert "--cpu-binding" in capsys.readouterr().err
