@@ -417,11 +417,12 @@ def world_table(cfg: LaunchConfig, target: Target) -> str:
         + f" on {cfg.device} with {cfg.backend}; master {cfg.addr}:{cfg.port}; settings from {cfg.sources}",
         f"target: {target.describe()}",
         f"job id: {cfg.job_id}; {cfg.net_note}",
+        *([cfg.binding.note] if cfg.binding.note else []),
         "",
         f"{'node':>4}  {'local_rank':>10}  {'rank':>4}  {'device':<8}  backend",
     ]
     if cfg.rdzv.assign:  # the ranks follow from a node rank the rendezvous has not given yet
-        return "\n".join([*lines[:3], f"node rank: assigned at the {cfg.rdzv.backend} rendezvous (node 0 serves "
+        return "\n".join([*lines[:lines.index("")], f"node rank: assigned at the {cfg.rdzv.backend} rendezvous (node 0 serves "
                           f"{cfg.addr}:{cfg.port}); rank = node rank x {cfg.nproc} + local rank"])
     for local in range(cfg.nproc):
         lines.append(f"{cfg.node_rank:>4}  {local:>10}  {cfg.rank(local):>4}  {cfg.device_of(local):<8}  {cfg.backend}")
