@@ -68,7 +68,9 @@ FLOORS: dict[str, frozenset[str]] = {
     "optim_steps": BASE,               # every optimizer step seen, whatever torch.compile did to torch's hooks
     "compare": BASE | DEVICE | {"optim_steps"},  # recording (probe.py) and the torch-free readers
     "launch": BASE | DEVICE,           # the launcher: features plug into it, it imports none of them
-    "migrate": BASE | DEVICE | {"libs", "launch", "compare"},  # runtime migration, `run` (--probe, whole lines)
+    # --profile: the profiler driven by the optimizer steps (recorder.py) and its torch-free summary
+    "profile": BASE | DEVICE | {"optim_steps"},
+    "migrate": BASE | DEVICE | {"libs", "launch", "compare", "profile"},  # runtime migration, `run` (--probe, --profile)
     # the operator audit runs under migration; libs: the CUDA-only libraries' table (libs/table.py)
     "ops": BASE | DEVICE | {"releases", "migrate", "launch", "optim_steps", "libs"},
     # `npu-migrate advise`: watches the operator audit's run (ops) and reads what the release offers
@@ -89,6 +91,8 @@ TORCH_FREE_AT_IMPORT = (
     "npu_migrate/_bootstrap/sitecustomize.py", "npu_migrate/migrate/hook.py", "npu_migrate/migrate/environment.py",
     "npu_migrate/compare/recording/_hook.py", "npu_migrate/compare/recording/settings.py", "npu_migrate/launch/hangs/stacks.py",
     "npu_migrate/npu_lines.py", "npu_migrate/failure_hints.py", "npu_migrate/releases/",
+    "npu_migrate/profile/__init__.py", "npu_migrate/profile/settings.py", "npu_migrate/profile/_hook.py",
+    "npu_migrate/profile/summary.py", "npu_migrate/profile/launch_feature.py",
     # torch inside functions only
     "npu_migrate/env.py", "npu_migrate/smoke.py", "npu_migrate/migrate/cli.py",
     "npu_migrate/ops/cli.py", "npu_migrate/data/cache.py", "npu_migrate/migrate/usercode.py",

@@ -2,7 +2,7 @@
 
 ``npu-migrate run``, ``python -m npu_migrate.launch --migrate`` and ``import npu_migrate.auto`` put
 this folder first on PYTHONPATH and set NPU_MIGRATE_MIGRATE=1 (``--probe DIR`` sets
-NPU_MIGRATE_PROBE), so every Python process the job starts (mp.spawn and forkserver children,
+NPU_MIGRATE_PROBE, ``--profile DIR`` NPU_MIGRATE_PROFILE), so every Python process the job starts (mp.spawn and forkserver children,
 DataLoader workers, ``python`` subprocesses) migrates too.
 
 It follows coverage.py's ``process_startup`` pattern: the hook itself is inert unless the job's
@@ -73,6 +73,13 @@ def _arm() -> None:
             _arm_probe()
         except Exception as exc:  # noqa: BLE001 - a broken hook must not stop the interpreter
             sys.stderr.write(f"npu_migrate: probe hook failed: {exc}\n")
+    if os.environ.get("NPU_MIGRATE_PROFILE"):
+        try:
+            from npu_migrate.profile._hook import arm as _arm_profile
+
+            _arm_profile()
+        except Exception as exc:  # noqa: BLE001 - a broken hook must not stop the interpreter
+            sys.stderr.write(f"npu_migrate: profile hook failed: {exc}\n")
 
 
 try:

@@ -37,6 +37,7 @@ BUILT_IN: tuple[str, ...] = (
     "npu_migrate.migrate.launch_feature",   # --migrate, --migrate-report, --user-code
     "npu_migrate.compare.launch_feature",   # --probe DIR and its filters
     "npu_migrate.ops.launch_feature",       # --strict-ops; the summary of torch_npu's operator lines
+    "npu_migrate.profile.launch_feature",   # --profile DIR; the summary of the profiled steps
 )
 """Modules whose ``FEATURE`` is a built-in launcher feature. Hooks run in this order before the
 job, and in the reverse order after it (the last one prepared finishes first)."""

@@ -52,6 +52,9 @@ def build_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     from npu_migrate.compare.recording import settings as probe_settings  # --probe DIR and its filters
 
     probe_settings.add_probe_arguments(parser)
+    from npu_migrate.profile import settings as profile_settings  # --profile DIR, its steps and ranks
+
+    profile_settings.add_arguments(parser)
     parser.add_argument("script", metavar="SCRIPT", help="The CUDA training script.")
     parser.add_argument("script_args", metavar="ARGS", nargs=argparse.REMAINDER, help="Its arguments, untouched.")
     parser.set_defaults(func=run)
@@ -171,6 +174,18 @@ def hint_last(exc: BaseException | None) -> None:
         print(line, file=sys.stderr)
 
 
+def _finish_profile(profile: Any, code: int, failed: bool) -> int:
+    """Stop this process's profiler, then print the summary of every process that profiled."""
+    from npu_migrate.profile import launch_feature, recorder
+
+    profiler = recorder.active()
+    if profiler is not None:
+        profiler.close()
+    say = lambda line: print(f"npu-migrate run: {line}", file=sys.stderr, flush=True)  # noqa: E731
+    wanted = launch_feature.finish_job(profile, None if failed else code, say)
+    return code if wanted is None else wanted
+
+
 def run(args: argparse.Namespace) -> int:
     """Install migration for this process and its children, then run the script as __main__."""
     from npu_migrate import migrate
@@ -189,6 +204,16 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from exc
     if probe is not None:
         probe.export()  # processes the script starts record too
+    from npu_migrate.profile import settings as profile_settings
+
+    try:
+        profile = profile_settings.from_args(args)
+        if profile is not None:
+            profile.prepare_directory()
+    except profile_settings.ProfileError as exc:  # flags or a directory that cannot be used: nothing has run
+        raise UsageError(str(exc)) from exc
+    if profile is not None:
+        profile.export()  # processes the script starts (mp.spawn's ranks) profile too
     from npu_migrate.migrate import usercode
 
     usercode.export(args.user_code, usercode.script_of(args.script, args.module))
@@ -203,6 +228,10 @@ def run(args: argparse.Namespace) -> int:
         from npu_migrate.compare.recording import probe as probe_module
 
         probe_module.install_from_env()
+    if profile is not None:
+        from npu_migrate.profile import recorder
+
+        recorder.install_from_env()
     code = 0
     command = launch_command(args)  # before the script replaces sys.argv
     try:
@@ -230,6 +259,8 @@ def run(args: argparse.Namespace) -> int:
                 recording.close()
             if sys.exc_info()[0] is None:  # a script that raised says more than "nothing recorded"
                 code = probe_settings.finish_job(probe, code)
+        if profile is not None:
+            code = _finish_profile(profile, code, failed=sys.exc_info()[0] is not None)
         from npu_migrate.migrate.report import REPORT
 
         hint_last(sys.exc_info()[1])  # a library's CUDA check: the --user-code that fixes it

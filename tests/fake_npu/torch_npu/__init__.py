@@ -15,6 +15,8 @@ What it simulates:
   that (``FAKE_NPU_EVENTS=FILE`` records which process imported it and which started it);
 * ``torch.npu.mstx`` (``mark``, ``range_start``, ``range_end``): the profiler markers, recorded
   in ``torch.npu.mstx.calls``;
+* ``torch_npu.profiler`` (``profiler.py``): torch-npu's profiler API, recording with torch's CPU
+  profiler and writing the ``*_ascend_pt`` layout torch-npu's analysis writes;
 * tensors on it: :class:`NpuTensor`, a wrapper subclass holding a CPU tensor. Factories
   (``torch.zeros(..., device="npu:1")``), ``.to("npu:1")``, views, in-place and ``out=`` ops,
   autograd, ``.cpu()``, ``.item()``, ``.tolist()``, printing, ``copy.deepcopy`` and
@@ -37,7 +39,7 @@ What it simulates:
 
 What it cannot simulate: NPU kernels, precision and speed (results are CPU results, bitwise);
 NPU-only ops and APIs (``torch_npu.npu_*`` fused ops, ``torch_npu.contrib``, ``transfer_to_npu``,
-profiler, ``torch.compile`` backends); real streams and asynchrony (everything is synchronous);
+``torch.compile`` backends), device time in the profiler; real streams and asynchrony (everything is synchronous);
 device memory limits (an npu tensor can be as large as host memory). Also: tensor storages are
 not real (``untyped_storage()``/``data_ptr()`` of an npu tensor are meaningless, so
 ``set_(storage)`` and storage sharing between processes do not work), ``torch.Generator(device=

@@ -1,0 +1,1 @@
+"""Tests of npu_migrate.profile (--profile); child scripts in scripts/."""
