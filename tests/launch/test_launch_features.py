@@ -190,7 +190,8 @@ def test_what_the_jobs_export_and_what_a_forked_fork_server_arms_for_them(monkey
     assert features.prepare([]) == frozenset() and features.fork_server_arming([]) is not None
     assert features.fork_server_arming([*jobs, Recorder(calls, "c")]) is None
     assert all(callable(getattr(job, "in_fork_server", None)) for job in
-               (feature.for_job(build_parser().parse_args(["--migrate", "--probe", "p", "--strict-ops", "t.py"]))
+               (feature.for_job(build_parser().parse_args(["--migrate", "--probe", "p", "--strict-ops", "--profile", "q",
+                                                             "t.py"]))
                 for feature in features.active()))
 
 
