@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 from npu_migrate.launch.errors import say
 from npu_migrate.launch.hangs import flight, stacks
 from npu_migrate.launch.nodes import timing
-from npu_migrate.launch.nodes.records import FailureKind
+from npu_migrate.launch.nodes.records import HangFailure
 from npu_migrate.launch.signals import Signals
 from npu_migrate.textsafe import printable
 
@@ -82,10 +82,10 @@ class Hang:
     stalled_s: float
     time: float = field(default_factory=time.time)
 
-    def record(self) -> dict[str, Any]:
-        return {"kind": FailureKind.HANG, "message": f"hang: {self.summary}", "behind": self.behind,
-                "states": {str(k): v for k, v in self.states.items()}, "stalled_s": self.stalled_s,
-                "time": self.time}
+    def failure(self) -> HangFailure:
+        """The job's failure record of this hang (``fail/<gen>``, the report's ``first_failure``)."""
+        return HangFailure(f"hang: {self.summary}", self.behind, {str(k): v for k, v in self.states.items()},
+                           self.stalled_s, self.time)
 
 
 def _ranks(ranks: list[int]) -> str:
@@ -279,9 +279,10 @@ class HangWatch:
             f"rank(s) wait in a collective; every rank's stack follows.")
         texts = self.dump_stacks("at the hang", {r: v["state"] for r, v in hang.states.items()})
         self.hangs_seen += 1
-        self.hang = {**hang.record(), "summary": hang.summary, "stacks": {str(r): t for r, t in texts.items()}}
+        record = hang.failure().record()
+        self.hang = {**record, "summary": hang.summary, "stacks": {str(r): t for r, t in texts.items()}}
         if board is not None:
-            board.announce_hang({**hang.record(), "summary": hang.summary, "id": self.hangs_seen})
+            board.announce_hang({**record, "summary": hang.summary, "id": self.hangs_seen})
         if cfg.hang_action == "report":  # with "end", the job's failure report says it
             say(f"hang: {hang.summary}")
             say("hang: --hang-action report: the job keeps running; the next report comes after progress resumes.")

@@ -8,7 +8,8 @@
 * :mod:`.membership` (over torch's dynamic rendezvous; the one object the supervisor holds) and
   :mod:`.assignment` (node ranks from the rendezvous): who is in the job;
 * :mod:`.board`: what the launchers tell each other while the job runs; :mod:`.liveness`: is a peer there;
-* :mod:`.records`: the records they exchange; :mod:`.timing`: every window, with its reason.
+* :mod:`.records`: the records they exchange (failure records typed by kind, read off the wire in one
+  place); :mod:`.timing`: every window, with its reason.
 
 A one-node job uses none of it but :mod:`.servers` (its ranks' store).
 """

@@ -6,7 +6,7 @@ Usage (by :mod:`.membership` and the supervisor)::
     board.start()                     # the heartbeat thread: beats, reads abort / fail, answers pings
     board.set_round(gen, members)     # after each round (:mod:`.membership`)
     event = board.event()             # None, or Event(EventKind.FAILED / ABORT / LOST, ...)
-    board.publish_failure(record); record = board.first_failure()
+    board.publish_failure(record); record = board.first_failure()   # typed records (:mod:`.records`)
     board.finish()                    # every node's ranks finished (blocking)
     board.linger(); board.stop()      # node 0 serves until the others read why the job ended
 
@@ -23,8 +23,9 @@ the ping's in :mod:`.liveness`):
 ``gen``               the newest generation (restart count).
 ``fail/<gen>``        the first failure of a generation (a rank's error, a hang, or a lost node,
                       also one a rank's connection error named: :meth:`Board.lost_peer`), JSON
-                      with ``"kind"`` (:class:`FailureKind`); the one with the earliest ``time``
-                      wins (compare-and-set); every node stops its ranks, then restarts or ends.
+                      with ``"kind"`` (:class:`FailureKind`; read by :func:`.records.read_failure`);
+                      the first (:func:`.failure.order`) wins (compare-and-set); every node
+                      stops its ranks, then restarts or ends.
 ``flight/<gen>/<K>``  node K's ranks' flight records (:mod:`..hangs.flight`), JSON, every heartbeat;
                       node 0 reads them to decide a hang for the whole job (:mod:`..hangs.watchdog`).
 ``hang/<gen>``        the latest hang node 0 declared: ``{"id", "summary", "states", ...}``;
@@ -68,11 +69,15 @@ from npu_migrate.launch.nodes.records import (
     FIELD_LIMIT,
     Event,
     EventKind,
+    Failure,
     FailureKind,
+    FailureRecord,
     JobEvent,
+    LostNode,
     Member,
     Round,
     as_record,
+    read_failure,
 )
 from npu_migrate.textsafe import printable
 
@@ -201,10 +206,10 @@ class Board:
             # and the failure is the better report.
             fail = st.fail.get(st.generation) if st.members else None  # only while a round runs
             if fail:
-                record = as_record(fail)
-                return Event(EventKind.FAILED, printable(record.get("message") or ""), record)
+                record = read_failure(fail)
+                return Event(EventKind.FAILED, printable(record.message or ""), record)
             if st.abort:
-                return Event(EventKind.ABORT, printable(st.abort), {})
+                return Event(EventKind.ABORT, printable(st.abort), None)
             return self._lost_node(st, time.monotonic())
 
     def _lost_node(self, st: BoardState, now: float) -> Event | None:
@@ -225,8 +230,7 @@ class Board:
 
     @staticmethod
     def _lost_event(node_rank: int, host: str, owner: str | None, message: str) -> Event:
-        return Event(EventKind.LOST, message, {"kind": FailureKind.LOST, "node_rank": node_rank, "host": host,
-                                               "owner": owner, "message": message})
+        return Event(EventKind.LOST, message, LostNode(node_rank, host, owner, message))
 
     def raise_event(self) -> None:
         """Raise :class:`JobEvent` if the board says something."""
@@ -359,36 +363,37 @@ class Board:
 
     # -- failures
 
-    def publish_failure(self, record: dict[str, Any]) -> None:
+    def publish_failure(self, record: FailureRecord) -> None:
         """Tell every node that this generation failed (the first report wins); never blocks long."""
         js, gen = self.js, self.generation
+        lost = record if isinstance(record, LostNode) else None
         with self._lock:
-            if record.get("kind") == FailureKind.LOST and isinstance(record.get("node_rank"), int):
-                self._state.lost.add(record["node_rank"])  # it will never read why the job ends: no one waits for it
+            if lost is not None and lost.node_rank is not None:
+                self._state.lost.add(lost.node_rank)  # it will never read why the job ends: no one waits for it
             self._state.told = (f"seen/{gen}", time.monotonic())
 
         def publish() -> None:
-            key, mine = js.key(f"fail/{gen}"), json.dumps(record)
+            key, mine = js.key(f"fail/{gen}"), json.dumps(record.record())
             current = js.store.compare_set(key, "", mine).decode()
             # The first failure wins (failure.order: causes before consequences, then the earliest),
             # whichever node published its own first (a compare-and-set retry).
-            while current != mine and order(as_record(current)) > order(record):
+            while current != mine and order(read_failure(current)) > order(record):
                 current = js.store.compare_set(key, current, mine).decode()
-            if record.get("kind") == FailureKind.LOST and record.get("owner"):
-                js.store.set(js.key(f"lost/{record['owner']}"), "1")
+            if lost is not None and lost.owner:
+                js.store.set(js.key(f"lost/{lost.owner}"), "1")
             js.store.set(js.key("running"), "")
 
         js.quietly(publish)
 
-    def lost_peer(self, failure: dict[str, Any]) -> dict[str, Any] | None:
-        """The node behind a rank's connection error, when that node is gone: a ``lost`` record, cause first.
+    def lost_peer(self, failure: Failure) -> LostNode | None:
+        """The node behind a rank's connection error, when that node is gone: its loss, cause first.
 
         A rank whose peer's launcher was killed fails at once with the backend's connection error,
         which names the peer's address; the heartbeat board would call the node lost only after
         ``--node-timeout``, and the report would blame this node's rank. Each other node the error
         names (:func:`.liveness.named_in`) is asked whether its launcher is there
         (:func:`.liveness.ask`, :data:`.timing.LOSS_CONFIRM_SHARE` of the node timeout at most). The
-        record keeps the rank's failure under ``"after"`` and carries the time of the node's last
+        loss keeps the rank's failure as ``after`` and carries the time of the node's last
         heartbeat seen here, so it wins over its consequences on every node.
 
         Raises:
@@ -410,7 +415,7 @@ class Board:
             return lost_record(member, state, seconds, failure, self.cfg.node_rank, last_beat)
         return None
 
-    def first_failure(self) -> dict[str, Any] | None:
+    def first_failure(self) -> FailureRecord | None:
         """The failure that won for this generation (as every node sees it), if readable.
 
         Read after one heartbeat (:data:`.timing.FAILURE_SETTLE_MAX_S`): a node whose rank failed
@@ -419,9 +424,9 @@ class Board:
         key = self.js.key(f"fail/{self.generation}")
         self._stop.wait(min(timing.FAILURE_SETTLE_MAX_S, self.interval))
 
-        def read() -> dict[str, Any] | None:
+        def read() -> FailureRecord | None:
             value = peek(self.js.store, key)
-            return as_record(value) if value else None
+            return read_failure(value) if value else None
 
         return self.js.quietly(read)
 

@@ -32,6 +32,7 @@ from datetime import timedelta
 from enum import Enum
 from typing import Any, Callable
 
+from npu_migrate.launch.nodes.records import Failure, LostNode
 from npu_migrate.launch.nodes.store import peek
 from npu_migrate.launch.nodes.values import PaddedStore
 
@@ -52,9 +53,9 @@ _IPV4 = re.compile(r"(?<![\d.])(\d{1,3}(?:\.\d{1,3}){3})(?![\d.]*\d)")
 _IPV6 = re.compile(r"\[([0-9A-Fa-f:]*:[0-9A-Fa-f:.]*)\]")
 
 
-def failure_text(failure: dict[str, Any]) -> str:
-    """What a rank's failure record says (its message and traceback): where its addresses are read."""
-    return f"{failure.get('message') or ''}\n{failure.get('traceback') or ''}"
+def failure_text(failure: Failure) -> str:
+    """What a rank's failure says (its message and traceback): where its addresses are read."""
+    return f"{failure.message or ''}\n{failure.traceback or ''}"
 
 
 def addresses_in(text: str) -> list[str]:
@@ -148,15 +149,15 @@ def _read_answer(store: PaddedStore, pong: str) -> Liveness:
         return Liveness.GONE
 
 
-def lost_record(member: Any, state: Liveness, seconds: float, failure: dict[str, Any], node_rank: int,
-                last_beat: float) -> dict[str, Any]:
-    """The failure record of ``member``, a node found gone after ``failure`` (a rank's) named its address.
+def lost_record(member: Any, state: Liveness, seconds: float, failure: Failure, node_rank: int,
+                last_beat: float) -> LostNode:
+    """The loss of ``member``, a node found gone after ``failure`` (a rank's) named its address.
 
     Args:
         member: the lost node (:class:`.board.Member`).
         state: what asking its launcher found (SILENT, or GONE for node 0, whose store it is).
         seconds: how long it was asked.
-        failure: the rank's failure record on this node (kept under ``"after"``).
+        failure: the rank's failure on this node (kept as ``after``).
         node_rank: this node.
         last_beat: when (``time.time()``) this node last saw the lost node's heartbeat move; the
             record's time, so that the loss wins over its consequences on every node.
@@ -165,7 +166,6 @@ def lost_record(member: Any, state: Liveness, seconds: float, failure: dict[str,
            else f"its launcher stopped answering (no heartbeat for {seconds:g} s)")
     named = member.addr and _normal(member.addr) in set(addresses_in(failure_text(failure)))
     then = f"lost its connection to {member.addr}" if named else "failed with a connection error"
-    message = (f"lost node {member.node_rank} ({member.host}): {why}; then rank {failure.get('rank')} on node "
+    message = (f"lost node {member.node_rank} ({member.host}): {why}; then rank {failure.rank} on node "
                f"{node_rank} {then}")
-    return {"kind": "lost", "node_rank": member.node_rank, "host": member.host, "owner": member.owner,
-            "message": message, "time": min(last_beat, failure.get("time", last_beat)), "after": failure}
+    return LostNode(member.node_rank, member.host, member.owner, message, min(last_beat, failure.time), failure)

@@ -4,6 +4,6 @@
   workers of one attempt; :mod:`.worker`: the bootstrap in each worker;
 * :mod:`.forkserver`: the fork server that has torch imported, forked from the launcher where it can be;
 * :mod:`.output`: the ranks' output relay; :mod:`.rundir`: the run directory;
-* :mod:`.failure`: a rank's failure as reported; :mod:`.report`: the ``--error-file`` JSON;
+* :mod:`.failure`: which failure is the job's first and how it reads; :mod:`.report`: the ``--error-file`` JSON;
 * :mod:`.preflight`: ``--preflight``; :mod:`.cpplog`: torch's C++ log level.
 """

@@ -38,7 +38,8 @@ from npu_migrate.launch.procs import rundir
 from npu_migrate.launch.torchrun import events as elastic_events, logs as logs_layout
 from npu_migrate.launch.setup.config import LaunchConfig, Target
 from npu_migrate.launch.errors import say
-from npu_migrate.launch.procs.failure import Failure, exit_signal, order
+from npu_migrate.launch.nodes.records import Failure
+from npu_migrate.launch.procs.failure import exit_signal, order
 from npu_migrate.launch.hangs.watchdog import HangWatch
 from npu_migrate.launch.procs.output import Relay, log_path
 from npu_migrate.launch.signals import REAP_AFTER_KILL_S, STOP_GRACE_S, Signals
@@ -262,7 +263,7 @@ class RankProcesses:
                 # by when it happened (a Python error's time is the rank's own, a death's is when
                 # the launcher saw it).
                 candidates = [self.failure_of(i, p) for i, p in failed]
-                return Watched.FAILED, min(candidates, key=lambda f: (*order(f.record()), f.rank))
+                return Watched.FAILED, min(candidates, key=lambda f: (*order(f), f.rank))
             if all(p.exitcode == 0 for p in procs):
                 return Watched.OK, None
             hang = self.watch.poll()

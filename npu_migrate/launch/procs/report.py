@@ -35,6 +35,7 @@ from typing import Any
 
 from npu_migrate import fileio, redact
 from npu_migrate import npu_lines
+from npu_migrate.launch.nodes.records import FailureRecord
 from npu_migrate.textsafe import printable
 
 VERSION = 1
@@ -73,8 +74,9 @@ class RankExit:
 
 
 def build(node_rank: int, exit_code: int, outcome: str, ranks: list[RankExit],
-          first_failure: dict[str, Any] | None, hang: dict[str, Any] | None) -> dict[str, Any]:
-    """The report of this node's share of the job (see the module docstring)."""
+          first_failure: FailureRecord | None, hang: dict[str, Any] | None) -> dict[str, Any]:
+    """The report of this node's share of the job (see the module docstring); ``first_failure``
+    becomes its JSON record here."""
     return {
         "version": VERSION,
         "node_rank": node_rank,
@@ -82,7 +84,7 @@ def build(node_rank: int, exit_code: int, outcome: str, ranks: list[RankExit],
         "time": time.time(),
         "exit_code": exit_code,
         "outcome": outcome,
-        "first_failure": _printable(first_failure),
+        "first_failure": _printable(first_failure.record() if first_failure is not None else None),
         "hang": _printable(hang),
         "ranks": [_printable(asdict(r)) for r in ranks],
         "npu_warnings": _printable(npu_lines.COLLECTED.by_rank()),  # torch_npu's fallback/AiCPU/float64 lines per rank

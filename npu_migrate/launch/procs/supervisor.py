@@ -42,11 +42,21 @@ from npu_migrate.launch.procs import report, rundir
 from npu_migrate.launch.setup import ports
 from npu_migrate.launch.setup.config import LaunchConfig, Target
 from npu_migrate.launch.errors import LaunchError, first_line, quiet_torch_elastic, say
-from npu_migrate.launch.procs.failure import Failure, exit_signal, explain
+from npu_migrate.launch.procs.failure import exit_signal, explain
 from npu_migrate.launch.procs.forkserver import stop_fork_server
 from npu_migrate.launch.hangs.watchdog import HangWatch
 from npu_migrate.launch.procs.ranks import RankProcesses, Watched, torchrun_logs
-from npu_migrate.launch.nodes.records import Event, EventKind, FailureKind, JobEvent, WireEnum
+from npu_migrate.launch.nodes.records import (
+    Ended,
+    Event,
+    EventKind,
+    Failure,
+    FailureKind,
+    FailureRecord,
+    HangFailure,
+    JobEvent,
+    WireEnum,
+)
 from npu_migrate.launch.signals import SIGNAL_GRACE_S, Interrupted, Signals
 from npu_migrate.textsafe import printable
 
@@ -101,7 +111,7 @@ class Job:
         self.error_dir = rundir.create()
         self.watch = HangWatch(cfg, self.error_dir, self.signals)
         self.ranks = RankProcesses(cfg, target, start_method, self.signals, self.error_dir, self.watch, logs_specs)
-        self._first_record: dict[str, Any] | None = None
+        self._first_record: FailureRecord | None = None
         self._outcome = Outcome.STARTING
         # Node 0 serves MASTER_PORT for every rank, on the job's address only (:mod:`..nodes.servers`).
         self.ranks_store = servers.RankStore(cfg.addr, cfg.port) if cfg.node_rank == 0 else None
@@ -172,8 +182,7 @@ class Job:
         for local, proc in enumerate(self.ranks.last_procs):
             rank = cfg.rank(local)
             failure = self.ranks.failure_of(local, proc) if proc.exitcode not in (None, 0) else None
-            is_first = bool(first and first.get("kind", FailureKind.RANK) == FailureKind.RANK
-                            and first.get("rank") == rank)
+            is_first = isinstance(first, Failure) and first.rank == rank
             stopped = local in self.ranks.stopped and not is_first
             ranks.append(report.RankExit(
                 rank=rank, local_rank=local, node_rank=cfg.node_rank, pid=proc.pid, exit_code=proc.exitcode,
@@ -283,7 +292,7 @@ class Job:
         except JobEvent as exc:
             raise self._ended_by(exc) from None
         if problem is not None:
-            self._outcome, self._first_record = Outcome.PREFLIGHT, {"kind": FailureKind.PREFLIGHT, "message": problem}
+            self._outcome, self._first_record = Outcome.PREFLIGHT, Ended(FailureKind.PREFLIGHT, problem)
             if board is not None:
                 board.abort(f"node {cfg.node_rank}: {problem}")
             say(f"error: {problem}")
@@ -319,7 +328,7 @@ class Job:
         running = sum(p.exitcode is None for p in procs)
         if watched is Watched.EVENT and detail.kind is EventKind.ABORT:
             self._outcome = Outcome.ABORTED
-            self._first_record = {"kind": FailureKind.ABORT, "message": detail.message}
+            self._first_record = Ended(FailureKind.ABORT, detail.message)
             self.ranks.stop(procs)
             self.ranks.drain()
             say(f"error: {detail.message}")
@@ -327,7 +336,7 @@ class Job:
         if watched is Watched.HANG and board is not None:
             board.wait_hang_acks(self.watch.hangs_seen)  # the other nodes print their ranks' stacks first
         headline, lines, restartable = self._explain(watched, detail)
-        self._outcome = Outcome.HANG if (self._first_record or {}).get("kind") == FailureKind.HANG else Outcome.FAILED
+        self._outcome = Outcome.HANG if isinstance(self._first_record, HangFailure) else Outcome.FAILED
         self._enter(Phase.STOPPING)
         self.ranks.stop(procs)
         self.ranks.drain()
@@ -360,7 +369,7 @@ class Job:
         """Publish this node's failure (or a lost node), read the one that won; explain it (:func:`.failure.explain`)."""
         board = self.board
         if watched in (Watched.FAILED, Watched.HANG):  # one of ours
-            record, publish = detail.record(), board is not None
+            record, publish = detail.failure() if watched is Watched.HANG else detail, board is not None
         else:
             record, publish = detail.record, detail.kind is EventKind.LOST
         if publish:
@@ -376,13 +385,13 @@ class Job:
         (:meth:`.Board.lost_peer`).
         """
         try:
-            lost = self.board.lost_peer(failure.record())
+            lost = self.board.lost_peer(failure)
         except JobEvent as exc:
             if exc.event.kind in (EventKind.ABORT, EventKind.LOST):  # the board already knows why the job ends
                 return Watched.EVENT, exc.event
             return Watched.FAILED, failure  # another node's failure: the earliest wins when ours is published
         if lost is not None:
-            return Watched.EVENT, Event(EventKind.LOST, lost["message"], lost)
+            return Watched.EVENT, Event(EventKind.LOST, lost.message, lost)
         return Watched.FAILED, failure
 
 

@@ -144,12 +144,12 @@ def test_the_error_file_records_every_rank(tmp_path: Path, args: list[str], firs
     "NCCL error: remote process exited or there was a network error, NCCL version 2.21.5",
 ])
 def test_a_peers_error_about_a_death_comes_after_the_death_whatever_the_clocks(text: str) -> None:
-    killed = Failure(1, 1, 0, "gpu7", exit_code=-9, signal_name="SIGKILL", time=20.0).record()
-    broken = Failure(0, 0, 0, "gpu7", exit_code=1, exc_type="DistBackendError", message=text, time=19.9).record()
-    plain = Failure(2, 0, 1, "gpu8", exit_code=1, exc_type="ValueError", message="boom", time=20.5).record()
-    assert min([broken, killed], key=order)["rank"] == 1  # the death was seen after the error it caused
-    assert min([broken, plain, killed], key=order)["rank"] == 1  # then causes by time
-    assert min([broken], key=order)["rank"] == 0  # a consequence alone still ends the job as the first failure
+    killed = Failure(1, 1, 0, "gpu7", exit_code=-9, signal_name="SIGKILL", time=20.0)
+    broken = Failure(0, 0, 0, "gpu7", exit_code=1, exc_type="DistBackendError", message=text, time=19.9)
+    plain = Failure(2, 0, 1, "gpu8", exit_code=1, exc_type="ValueError", message="boom", time=20.5)
+    assert min([broken, killed], key=order).rank == 1  # the death was seen after the error it caused
+    assert min([broken, plain, killed], key=order).rank == 1  # then causes by time
+    assert min([broken], key=order).rank == 0  # a consequence alone still ends the job as the first failure
 
 
 @pytest.mark.slow

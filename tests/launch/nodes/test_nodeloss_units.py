@@ -5,16 +5,18 @@ The ping runs against a real TCPStore (a server in this process, or in a child t
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
 from torch.distributed import TCPStore
 
 from conftest import free_port
-from npu_migrate.launch.nodes.records import Member
+from npu_migrate.launch.nodes.records import Failure, Member, read_failure
 from npu_migrate.launch.nodes.liveness import Liveness, addresses_in, answer_pings, ask, lost_record, named_in
 from npu_migrate.launch.nodes.values import PaddedStore
 
@@ -46,14 +48,18 @@ def test_the_named_nodes_are_the_other_members_with_those_addresses() -> None:
 
 
 def test_a_lost_record_puts_the_node_first_and_keeps_the_rank_failure() -> None:
-    failure = {"kind": "rank", "rank": 1, "message": GLOO, "time": 100.0}
+    failure = Failure(1, 1, 0, "gpu1", exit_code=1, exc_type="DistBackendError", message=GLOO, time=100.0)
     record = lost_record(MEMBERS[1], Liveness.SILENT, 5.0, failure, 0, last_beat=98.5)
-    assert record["message"] == ("lost node 1 (gpu2 (192.0.2.2)): its launcher stopped answering (no heartbeat "
-                                 "for 5 s); then rank 1 on node 0 lost its connection to 192.0.2.2")
-    suspect = lost_record(MEMBERS[0], Liveness.SILENT, 5.0, dict(failure, rank=2), 1, last_beat=98.5)
-    assert suspect["message"].endswith("; then rank 2 on node 1 failed with a connection error")
-    assert (record["kind"], record["node_rank"], record["owner"], record["time"]) == ("lost", 1, "own1", 98.5)
-    assert record["after"] is failure
+    assert record.message == ("lost node 1 (gpu2 (192.0.2.2)): its launcher stopped answering (no heartbeat "
+                              "for 5 s); then rank 1 on node 0 lost its connection to 192.0.2.2")
+    suspect = lost_record(MEMBERS[0], Liveness.SILENT, 5.0, replace(failure, rank=2), 1, last_beat=98.5)
+    assert suspect.message.endswith("; then rank 2 on node 1 failed with a connection error")
+    assert (record.kind, record.node_rank, record.owner, record.time) == ("lost", 1, "own1", 98.5)
+    assert record.after is failure
+    # On the wire and back (the board's fail/<gen>): the same record, the rank's failure under "after".
+    wire = json.loads(json.dumps(record.record()))
+    assert (wire["kind"], wire["after"]["kind"], wire["after"]["rank"]) == ("lost", "rank", 1)
+    assert read_failure(json.dumps(wire)) == record
 
 
 @pytest.fixture
