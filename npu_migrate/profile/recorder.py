@@ -160,6 +160,8 @@ class StepProfiler:
         if self.finished or os.getpid() != self._pid:
             return
         self.steps_done += 1
+        if self.steps_done == 1 and self.prof is None and not self._resolve_rank():
+            return
         step, first, last = self.steps_done, self.settings.first, self.settings.last
         if first - 1 <= step <= last:
             self._synchronize()
@@ -172,6 +174,20 @@ class StepProfiler:
             self.close()
         else:
             self.prof.step()
+
+    def _resolve_rank(self) -> bool:
+        """At the first step: the rank from the process group where there is one (a script that starts its
+        own ranks with ``mp.spawn`` sets no RANK); False, and nothing more, where it is not profiled."""
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            self.rank = dist.get_rank()
+        if self.settings.profiles(self.rank):
+            return True
+        self.finished = True
+        if self.watch is not None:
+            self.watch.undo()
+        return False
 
     # ------------------------------------------------------------------ the end
 
@@ -280,8 +296,8 @@ def install_from_env() -> StepProfiler | None:
     settings = ProfileSettings.from_env()
     if settings is None or _ACTIVE:
         return _ACTIVE[0] if _ACTIVE else None
-    rank = int(os.environ.get("RANK", "0") or 0)
-    if not settings.profiles(rank):
+    rank = int(os.environ.get("RANK", "0") or 0)  # the process group's, at the first step, where there is one
+    if settings.first == 1 and not settings.profiles(rank):
         return None
     from npu_migrate import device as nm_device
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import FAKE_NPU, run_cli
+from conftest import FAKE_NPU, child_env, free_port, run_cli
 from support import Launch
 
 from npu_migrate.profile import settings, summary
@@ -92,6 +92,18 @@ def test_run_profiles_its_process(tmp_path: Path) -> None:
     check_trace(traces[0], range(1, 3))
     assert summaries(prof)[0]["steps"] == [1, 2]
     assert "npu-migrate run: rank 0: " in result.stderr
+
+
+@pytest.mark.slow
+def test_ranks_a_script_spawns_are_named_by_their_process_group(tmp_path: Path) -> None:
+    prof = tmp_path / "prof"
+    env = child_env(PORT=str(free_port()))
+    result = run_cli("run", "--device", "cpu", "--profile", str(prof), "--profile-steps", "2-3", "--profile-ranks", "1",
+                     str(TRAIN.parent / "spawned.py"), env=env)
+    assert result.returncode == 0, result.stderr
+    assert sorted(summaries(prof)) == [1]  # rank 1 of the process group, though no RANK was set
+    assert [t.name.split(".")[0] for t in prof.glob("*.pt.trace.json")] == ["rank1"]
+    assert "npu-migrate run: rank 1: " in result.stderr
 
 
 @pytest.mark.slow
