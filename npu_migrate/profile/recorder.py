@@ -245,7 +245,8 @@ class StepProfiler:
             if event.key.startswith("ProfilerStep"):
                 continue
             cpu = float(getattr(event, "self_cpu_time_total", 0.0) or 0.0)
-            dev = float(getattr(event, "self_device_time_total", getattr(event, "self_cuda_time_total", 0.0)) or 0.0)
+            field = "self_device_time_total" if hasattr(event, "self_device_time_total") else "self_cuda_time_total"
+            dev = float(getattr(event, field, 0.0) or 0.0)  # torch < 2.4 names it after CUDA
             device_seen = device_seen or dev > 0
             rows.append((event.key, cpu, dev, int(event.count)))
         index = 2 if device_seen else 1
