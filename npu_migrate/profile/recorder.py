@@ -22,11 +22,12 @@ What is written in ``DIR``, per profiled rank R:
   ui.perfetto.dev open;
 * on the NPU, ``torch_npu.profiler.profile`` (CPU and NPU activities) with the experimental
   config of :func:`npu_config` and ``torch_npu.profiler.tensorboard_trace_handler(DIR, "rankR")``:
-  ``rankR_<time>_ascend_pt/`` with ``ASCEND_PROFILER_OUTPUT/trace_view.json`` (Chrome trace) and
+  ``rankR_<pid>_<time>_ascend_pt/`` with ``ASCEND_PROFILER_OUTPUT/trace_view.json`` (Chrome trace) and
   ``operator_details.csv``, as the Ascend TensorBoard plugin and MindStudio Insight read them;
 * ``rankR.profile.json``: the summary :mod:`.summary` reads after the job: the wall time of each
-  profiled step (the device synchronized at each end), the operators with the most self time
-  (the device's where the profiler measured it, else the host's), the trace's path.
+  profiled step (the device synchronized at its start and end; the profiler's own work between
+  steps left out), the operators with the most self time (the device's where the profiler
+  measured it, else the host's), the trace's path.
 
 A process that ends before step B saves what it recorded (``atexit``); one that never finished an
 optimizer step (a DataLoader worker, a tool the script starts) writes nothing.
@@ -83,9 +84,9 @@ class StepProfiler:
         self.settings, self.rank, self.device = settings, rank, device
         self.steps_done = 0
         self.prof: Any = None
-        self.recording = False
         self.finished = False
-        self.step_ends: list[tuple[int, float]] = []  # (step, perf_counter at its end), from the one before A
+        self.step_times: list[tuple[int, float]] = []  # (step, seconds) of each profiled step that ended
+        self._started_at = 0.0  # perf_counter when this step began, after the profiler's own work
         self.watch: optim_steps.StepWatch | None = None
         self._pid = os.getpid()
         self._before: set[str] = set()
@@ -144,8 +145,7 @@ class StepProfiler:
         atexit.register(self.close)
         if self.settings.first == 1:
             self._start(1)
-            self.recording = True
-            self.step_ends.append((0, time.perf_counter()))
+            self._started_at = time.perf_counter()
         return self
 
     def _synchronize(self) -> None:
@@ -165,15 +165,20 @@ class StepProfiler:
         step, first, last = self.steps_done, self.settings.first, self.settings.last
         if first - 1 <= step <= last:
             self._synchronize()
-            self.step_ends.append((step, time.perf_counter()))
+            if step >= first:
+                self.step_times.append((step, time.perf_counter() - self._started_at))
+        # The profiler's own work between two steps is in neither's time.
         if self.prof is None:
             if step == max(first - 2, 1) and first >= 2:
                 self._start(step + 1)
-            return
-        if step >= last:
+        elif step >= last:
             self.close()
+            return
         else:
             self.prof.step()
+        if first - 1 <= step < last:
+            self._synchronize()
+            self._started_at = time.perf_counter()
 
     def _resolve_rank(self) -> bool:
         """At the first step: the rank from the process group where there is one (a script that starts its
@@ -215,9 +220,8 @@ class StepProfiler:
                   file=sys.stderr, flush=True)
 
     def _write_summary(self) -> None:
-        ends = [t for s, t in self.step_ends]
-        steps = [s for s, _ in self.step_ends][1:] if len(self.step_ends) > 1 else []
-        times = [b - a for a, b in zip(ends, ends[1:])]
+        steps = [s for s, _ in self.step_times]
+        times = [t for _, t in self.step_times]
         if self.device == "npu":
             trace, top, kind = self._npu_results()
         else:
@@ -277,7 +281,7 @@ class StepProfiler:
                     entry[0] += host
                     entry[1] += dev
                     entry[2] += 1
-        steps = max(len(self.step_ends) - 1, 1)
+        steps = max(len(self.step_times), 1)
         index = 1 if device_seen else 0
         ranked = sorted(totals.items(), key=lambda kv: kv[1][index], reverse=True)[:TOP_OPERATORS]
         top = [[name, round(v[index] / steps, 3), int(v[2])] for name, v in ranked]
