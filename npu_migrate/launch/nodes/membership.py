@@ -131,12 +131,12 @@ class Membership:
                     f"{software.torch_release()} (torch's store protocol "
                     "differs between releases: every node must run the same torch), another program holds that "
                     "port, or its launcher failed."
-                ) from None
+                ) from exc
             raise LaunchError(
                 f"node 0's launcher at {self.js.where} stopped answering while this node was joining "
                 f"({first_line(exc, 120)}): the job ended there, or node 0 failed. Start the job again "
                 "on every node."
-            ) from None
+            ) from exc
         cfg = self.cfg
         if cfg.rdzv.assign:
             try:
@@ -358,8 +358,8 @@ class Membership:
                     raise LaunchError(
                         f"not every node joined within {cfg.join_timeout:g} s (--join-timeout): start the "
                         f"launcher on every node with --nnodes {cfg.nnodes} --addr {cfg.addr} --port {cfg.port}."
-                    ) from None
-                raise LaunchError(f"the rendezvous failed: {name}: {first_line(exc)}") from None
+                    ) from exc
+                raise LaunchError(f"the rendezvous failed: {name}: {first_line(exc)}") from exc
             if members is not None:
                 break
             if time.monotonic() > deadline:

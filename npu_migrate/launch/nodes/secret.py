@@ -60,7 +60,7 @@ def _check_file(path: str) -> bytes:
         info = os.stat(path)
     except OSError as exc:
         raise LaunchUsageError(f"--secret-file {path!r} cannot be read ({exc.strerror}): expected a file only "
-                               "you can read, e.g. made with `umask 077; openssl rand -hex 32 > FILE`.") from None
+                               "you can read, e.g. made with `umask 077; openssl rand -hex 32 > FILE`.") from exc
     if not stat.S_ISREG(info.st_mode):
         raise LaunchUsageError(f"--secret-file {path!r} is not a regular file: expected a file holding the job secret.")
     if info.st_mode & 0o077:
@@ -73,7 +73,7 @@ def _check_file(path: str) -> bytes:
         with open(path, "rb") as fh:
             return fh.read().strip()
     except OSError as exc:
-        raise LaunchUsageError(f"--secret-file {path!r} cannot be read ({exc.strerror}).") from None
+        raise LaunchUsageError(f"--secret-file {path!r} cannot be read ({exc.strerror}).") from exc
 
 
 def _read_fd(value: str) -> bytes:
@@ -88,7 +88,7 @@ def _read_fd(value: str) -> bytes:
             return fh.read().strip()
     except OSError as exc:
         raise LaunchUsageError(f"{FD_ENV}={fd} cannot be read ({exc.strerror}): expected an open descriptor "
-                               "holding the job secret.") from None
+                               "holding the job secret.") from exc
 
 
 def load_secret(secret_file: str | None = None, environ: dict[str, str] | None = None) -> bytes | None:

@@ -265,19 +265,19 @@ class JobStore:
                 raise LaunchError(
                     f"cannot serve the launcher store on {self.where} ({first_line(exc, 120)}): is another "
                     "launcher with --node-rank 0 running? Pick another --port on every node."
-                ) from None
+                ) from exc
             if self.store is None and self._answers():
                 raise LaunchError(
                     f"node 0's launcher at {self.where} accepts connections but does not answer as a store of "
                     f"this node's torch {software.torch_release()}: node 0 runs "
                     "another torch release (torch's store protocol differs between releases: every node must "
                     "run the same torch), or another program holds that port."
-                ) from None
+                ) from exc
             raise LaunchError(
                 f"could not reach node 0's launcher at {self.where} within {cfg.join_timeout:g} s: start the "
                 "launcher with --node-rank 0 on that host, with the same --port (and check that this "
                 "host can reach it)."
-            ) from None
+            ) from exc
 
     def _serve_if_host(self) -> None:
         """Node ranks from the rendezvous: serve the store (becoming node 0) where this launcher may host it.
@@ -299,7 +299,7 @@ class JobStore:
                     f"cannot serve the launcher store on {self.where} ({first_line(exc, 120)})"
                     + (" as --rdzv-conf is_host=true asks: is another launcher of this job serving there?"
                        if cfg.rdzv.is_host else "")
-                    + " Pick another port (the same on every node).") from None
+                    + " Pick another port (the same on every node).") from exc
             logger.info("another launcher serves %s: joining it", self.where)
 
     def _answers(self) -> bool:

@@ -151,7 +151,7 @@ class Job:
             except Exception as exc:  # noqa: BLE001 - one line on the console, details in the log
                 logger.exception("launcher failure")
                 raise LaunchError(f"the launcher failed while {self.phase.value}: {type(exc).__name__}: "
-                                  f"{first_line(exc)}") from None
+                                  f"{first_line(exc)}") from exc
             finally:
                 self._tear_down(code)
 
@@ -241,7 +241,7 @@ class Job:
         try:
             self.membership.connect()
         except JobEvent as exc:
-            raise self._ended_by(exc) from None
+            raise self._ended_by(exc) from exc
         if self.cfg.rdzv.assign:  # this node's rank came from the rendezvous (:mod:`..nodes.assignment`)
             cfg = self.cfg = self.watch.cfg = self.membership.cfg
             if cfg.log_dir:
@@ -257,7 +257,7 @@ class Job:
             self.ranks_store.restart()
         except (OSError, RuntimeError) as exc:
             raise LaunchError(f"cannot serve the ranks' store on {self.cfg.addr}:{self.cfg.port} "
-                              f"({first_line(exc, 120)}): pick another --port, and an --addr of this host.") from None
+                              f"({first_line(exc, 120)}): pick another --port, and an --addr of this host.") from exc
 
     def _join(self, attempt: int) -> int:
         """Phase 1 (several nodes): wait until every node is in; returns the attempt the round runs."""
@@ -268,7 +268,7 @@ class Job:
         try:
             rnd = membership.join()
         except JobEvent as exc:
-            raise self._ended_by(exc) from None
+            raise self._ended_by(exc) from exc
         if rnd.generation > cfg.max_restarts:
             message = f"the job already used its {cfg.max_restarts} restart(s) (--max-restarts)"
             self.board.abort(message)
@@ -290,7 +290,7 @@ class Job:
             problem = run_preflight(cfg, self.start_method, self.error_dir, self.signals,
                                     also=board.raise_event if board is not None else (lambda: None))
         except JobEvent as exc:
-            raise self._ended_by(exc) from None
+            raise self._ended_by(exc) from exc
         if problem is not None:
             self._outcome, self._first_record = Outcome.PREFLIGHT, Ended(FailureKind.PREFLIGHT, problem)
             if board is not None:

@@ -178,13 +178,13 @@ def _plain_settings(
     try:
         avoid = hccl.host_ports(environ)
     except ValueError as exc:
-        raise LaunchUsageError(f"{exc} Fix or unset it.") from None
+        raise LaunchUsageError(f"{exc} Fix or unset it.") from exc
     try:
         found = schedulers.detect({} if standalone else environ)  # --standalone: this host alone
     except ValueError as exc:
         if nnodes is None or node_rank is None:
             raise LaunchUsageError(f"could not read the cluster environment: {exc}. Pass --nnodes, --node-rank "
-                                   "and --addr.") from None
+                                   "and --addr.") from exc
         found = schedulers.Detected(schedulers.Scheduler.NONE, rank_table=environ.get(schedulers.RANK_TABLE_ENV) or None)
     assign = assign and not found.rank_table  # a rank table numbers the servers itself
     from_env = [k for k in found.values if given.get(k) is None and not (assign and k == "node_rank")]
@@ -230,7 +230,7 @@ def _plain_settings(
         raise LaunchUsageError(
             f"--addr {addr!r} does not resolve ({exc.args[-1] if exc.args else exc}). Pass node 0's IP "
             "address or a host name every node can resolve."
-        ) from None
+        ) from exc
     if nnodes > 1 and node_rank == 0 and not addr_is_service and not cluster.is_local_address(addr):
         raise LaunchUsageError(
             f"--addr {addr} is not an address of this host, but this is node 0, which serves the job "

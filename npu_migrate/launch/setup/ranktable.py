@@ -266,7 +266,7 @@ def read_once(path: str) -> tuple[RankTable | None, str]:
         return None, "not written yet"
     except OSError as exc:
         raise RankTableError(f"rank table {path} cannot be read ({exc.strerror}): check RANK_TABLE_FILE and "
-                             "the volume it is on.") from None
+                             "the volume it is on.") from exc
     if len(text) > _MAX_BYTES:
         raise RankTableError(f"rank table {path} is larger than {_MAX_BYTES >> 20} MiB: not a rank table.")
     table = parse(text, path)
@@ -355,7 +355,7 @@ def settle(found: schedulers.Detected, values: dict[str, Any], given: dict[str, 
             f"waiting up to {timeout:g} s for the rank table {path} (now {status!r}) to be completed"))
         server = table.this_server(values["node_rank"])
     except RankTableError as exc:
-        raise LaunchError(str(exc)) from None
+        raise LaunchError(str(exc)) from exc
     counts = sorted({len(s.devices) for s in table.servers})
     if len(counts) > 1:
         raise LaunchUsageError(f"the rank table {path} gives servers {counts[0]} to {counts[-1]} devices: the "

@@ -331,4 +331,4 @@ def apply(args: argparse.Namespace) -> None:
         try:
             args.shutdown_timeout = _seconds(int)(os.environ[SHUTDOWN_TIMEOUT_ENV])
         except argparse.ArgumentTypeError as exc:
-            raise LaunchUsageError(f"{SHUTDOWN_TIMEOUT_ENV}={os.environ[SHUTDOWN_TIMEOUT_ENV]!r}: {exc}.") from None
+            raise LaunchUsageError(f"{SHUTDOWN_TIMEOUT_ENV}={os.environ[SHUTDOWN_TIMEOUT_ENV]!r}: {exc}.") from exc

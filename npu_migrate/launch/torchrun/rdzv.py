@@ -231,7 +231,7 @@ def settle(backend: str | None, endpoint: str | None, conf_text: str | None, nno
         try:
             node_range(f"{min_nodes}:{nnodes}")
         except ValueError as exc:
-            raise LaunchUsageError(f"--nnodes {exc}.") from None
+            raise LaunchUsageError(f"--nnodes {exc}.") from exc
     elastic = min_nodes is not None and nnodes is not None and min_nodes != nnodes
     if elastic and name == "c10d" and node_rank is not None:
         raise LaunchUsageError(
@@ -241,7 +241,7 @@ def settle(backend: str | None, endpoint: str | None, conf_text: str | None, nno
         try:
             host, given = parse_endpoint(endpoint, C10D_DEFAULT_PORT if name == "c10d" else None)
         except ValueError as exc:
-            raise LaunchUsageError(f"--rdzv-endpoint {endpoint!r} is not HOST[:PORT]: {exc}.") from None
+            raise LaunchUsageError(f"--rdzv-endpoint {endpoint!r} is not HOST[:PORT]: {exc}.") from exc
         if addr is not None and addr != host:
             raise LaunchUsageError(f"--rdzv-endpoint {endpoint} and --addr {addr} name different nodes: give one "
                                    "of them (the endpoint is node 0's address).")

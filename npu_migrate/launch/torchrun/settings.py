@@ -112,7 +112,7 @@ def device_spec(keyword: str | None, device: str | None, find: Callable[[str | N
     except DeviceUnavailableError as exc:
         if keyword not in NPROC_FAMILIES:
             raise
-        raise LaunchUsageError(f"--nproc-per-node {keyword}: {exc}") from None
+        raise LaunchUsageError(f"--nproc-per-node {keyword}: {exc}") from exc
 
 
 def settle(opts: Any, spec: Any, environ: dict[str, str], nproc: int) -> dict[str, Settings]:
@@ -127,7 +127,7 @@ def settle(opts: Any, spec: Any, environ: dict[str, str], nproc: int) -> dict[st
             socket.getaddrinfo(opts.local_addr, None)
         except (socket.gaierror, UnicodeError) as exc:
             raise LaunchUsageError(f"--local-addr {opts.local_addr!r} does not resolve "
-                                   f"({exc.args[-1] if exc.args else exc}): pass an address of this host.") from None
+                                   f"({exc.args[-1] if exc.args else exc}): pass an address of this host.") from exc
     if opts.event_log_handler is not None:
         from npu_migrate.launch.torchrun import events as elastic_events
 
