@@ -204,7 +204,7 @@ def build_parser(subparsers: Any = None) -> argparse.ArgumentParser:
 
 def print_env(environ: dict[str, str]) -> str:
     """``--print-env``: the scheduler and the variables it was read from, the rank table, the CPUs and
-    NUMA nodes binding divides (:mod:`.binding`), HCCL's ports."""
+    NUMA nodes binding divides (:mod:`.setup.binding`), HCCL's ports."""
     try:
         found = schedulers.detect(environ)
         ports = hccl.host_ports(environ)

@@ -189,7 +189,7 @@ def _set_threads() -> None:
 
 
 def _bind_cpus(cpus: tuple[int, ...]) -> None:
-    """Run every thread of this rank on ``cpus`` (``--cpu-binding``, :mod:`.binding`).
+    """Run every thread of this rank on ``cpus`` (``--cpu-binding``, :mod:`..setup.binding`).
 
     ``sched_setaffinity(0)`` binds the calling thread only; the threads this worker has already
     (the launcher watch) are bound one by one, and every thread started later inherits the set.
