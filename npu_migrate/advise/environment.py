@@ -44,7 +44,8 @@ RULES = (
     Rule("CPU_AFFINITY_CONF", "1", lambda v: (v or "0").split(",")[0] not in ("1", "2"),
          "binds each rank's main, dispatch and data threads to the cores of its NPU's NUMA node: fewer "
          "cross-NUMA copies and steadier host time per step",
-         "with several jobs on one node, give each its cores (2 = finer binding of the task queue's threads)"),
+         "with several jobs on one node, give each its cores (2 = finer binding of the task queue's threads); "
+         "`npu-migrate launch` sets it per rank on the NPU family (--cpu-binding)"),
     Rule("PYTORCH_NPU_ALLOC_CONF", "expandable_segments:True",
          lambda v: "expandable_segments:true" not in (v or "").replace(" ", "").lower(),
          "the caching allocator grows segments in place instead of keeping many fixed blocks: less "
