@@ -209,6 +209,11 @@ INTERNALS: tuple[Internal, ...] = (
     # ------------------------------------------------------------------ optional libraries
     _I("s3fs.S3FileSystem._call_s3", "data/storage.py",
        "a ranged GET from an offset (resumed downloads) that s3fs's public API does not offer", extra="s3fs"),
+    _I("torch_npu.profiler._ExperimentalConfig", "profile/recorder.py",
+       "torch-npu's profiler settings (level, export type): its documented way to configure "
+       "torch_npu.profiler.profile despite the underscore; every release's wheel is checked for it and "
+       "its keywords by tests/profiling/test_npu_surface.py, as torch_npu cannot be imported without CANN",
+       extra="torch_npu"),
 )
 """The inventory, by area: dynamo, torch's C bindings and modules, torch.distributed, stdlib, extras."""
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import glob
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 MODES = ("none", "node", "socket", "exclusive", "core-complex")
@@ -135,7 +136,7 @@ def device_numa_node(sysfs: str, family: str, physical: int, bus_id: str | None 
     return None
 
 
-def physical_ids(family: str, devices: list[int], environ: dict[str, str] | os._Environ[str]) -> list[int]:
+def physical_ids(family: str, devices: list[int], environ: Mapping[str, str]) -> list[int]:
     """Each local rank's device as the host numbers it: the visible-devices mask maps logical to physical."""
     name = {"npu": "ASCEND_RT_VISIBLE_DEVICES", "cuda": "CUDA_VISIBLE_DEVICES"}.get(family)
     mask = (environ.get(name) or "") if name else ""
@@ -194,7 +195,7 @@ def default_mode(family: str) -> str:
 
 
 def plan_binding(mode: str | None, family: str, devices: list[int], device_count: int,
-                 environ: dict[str, str] | os._Environ[str], allowed: list[int] | None = None,
+                 environ: Mapping[str, str], allowed: list[int] | None = None,
                  sysfs_root: str | None = None, bus_ids: list[str | None] | None = None) -> Binding:
     """Each local rank's CPUs for ``mode`` (None: :func:`default_mode`).
 
@@ -245,7 +246,7 @@ def plan_binding(mode: str | None, family: str, devices: list[int], device_count
 
 
 def _device_sets(mode: str, family: str, devices: list[int], device_count: int,
-                 environ: dict[str, str] | os._Environ[str], allowed: list[int],
+                 environ: Mapping[str, str], allowed: list[int],
                  sysfs: str, bus_ids: list[str | None]) -> tuple[list[list[int]], str]:
     """Each rank's CPUs from its device's NUMA node, else torch-npu's default split."""
     nodes = numa_nodes(sysfs)
@@ -285,7 +286,7 @@ def _device_sets(mode: str, family: str, devices: list[int], device_count: int,
     return cpus, how
 
 
-def describe_host(environ: dict[str, str] | os._Environ[str], allowed: list[int] | None = None,
+def describe_host(environ: Mapping[str, str], allowed: list[int] | None = None,
                   sysfs_root: str | None = None) -> str:
     """For ``--print-env``: the CPUs the launcher may use, the NUMA nodes, and each device's node as sysfs says."""
     sysfs = sysfs_root or environ.get(SYSFS_ROOT_ENV) or "/sys"
