@@ -167,6 +167,7 @@ def test_a_launcher_restricted_by_taskset_binds_within_its_cpus(tmp_path: Path) 
     assert f"the launcher may use 1 of the host's {os.cpu_count()}: {last}" in proc.stderr
 
 
+@pytest.mark.fake_npu
 @pytest.mark.slow
 def test_npu_ranks_bound_to_their_nodes_on_the_stand_in(tmp_path: Path) -> None:
     cpus = sorted(os.sched_getaffinity(0))
