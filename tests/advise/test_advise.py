@@ -12,13 +12,6 @@ import re
 from pathlib import Path
 
 import pytest
-import torch
-from packaging.version import Version
-
-CPU_FUSED_OPTIMIZERS = pytest.mark.skipif(
-    Version(torch.__version__).release < (2, 4),
-    reason=f"torch {torch.__version__} has no CPU kernel for fused=True optimizers (2.4 added them), so a script "
-           "that asks for one cannot run on the CPU simulation; runtime migration does not substitute one yet")
 
 from npu_migrate.advise import environment
 from npu_migrate.cli import main
@@ -73,7 +66,6 @@ def test_naive_model_gets_each_item_at_its_line(tmp_path: Path, release: str) ->
         assert item["why"] and item["evidence"]
 
 
-@CPU_FUSED_OPTIMIZERS
 def test_fused_twin_gets_nothing(tmp_path: Path, release: str, monkeypatch: pytest.MonkeyPatch,
                                  capsys: pytest.CaptureFixture) -> None:
     for name, value in _ADVISED_ENV.items():
@@ -132,7 +124,6 @@ def test_habits_of_the_step(tmp_path: Path, release: str, version: str, optimize
 
 
 @pytest.mark.usefixtures("_release_2_14")
-@CPU_FUSED_OPTIMIZERS
 def test_ddp_accumulation_without_no_sync_and_sync_batchnorm(tmp_path: Path) -> None:
     """Two micro-batches a step, each all-reducing; SyncBatchNorm asked for (kept BatchNorm on the CPU)."""
     code, data = advise(tmp_path, "ddp_train.py", release="2.14.0")

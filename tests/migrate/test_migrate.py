@@ -199,3 +199,31 @@ def test_simulated_npu_runs_the_cuda_script_on_hccl(tmp_path: Path) -> None:
     for rank, r in enumerate(got):
         assert (r["backend"], r["cuda_available"], r["device_count"], r["current_device"]) == ("hccl", True, 2, rank)
     assert "CUDA calls migrated to npu" in job.err
+
+
+@pytest.mark.parametrize("name", ["Adam", "AdamW"])
+def test_a_fused_optimizer_trains_on_the_cpu_simulation(name: str) -> None:
+    # A CUDA script's `fused=True`: kept where torch has the CPU kernel (2.4 on), else the same
+    # update unfused, said in the report; either way the script trains.
+    from npu_migrate import migrate
+    from npu_migrate.migrate.report import REPORT
+
+    cls = getattr(torch.optim, name)
+    with migrate.enabled(device="cpu"):
+        model = torch.nn.Linear(4, 1).cuda()
+        optimizer = cls((p for p in model.parameters()), lr=0.1, fused=True)  # a generator, as users pass
+        x, y = torch.randn(16, 4, device="cuda"), torch.randn(16, 1, device="cuda")
+        losses = []
+        for _ in range(3):
+            optimizer.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+        entry = REPORT.entries.get(f"torch.optim.{name}(fused=True)")
+    assert losses[-1] < losses[0]
+    if torch.__version__ >= "2.4":  # noqa: SIM108 - both sides of the version split
+        assert optimizer.defaults["fused"] is True and entry is None
+    else:
+        assert optimizer.defaults["fused"] is False and entry["kind"] == "noop"
+        assert "runs unfused" in entry["detail"]

@@ -11,6 +11,7 @@ Usage::
 * :mod:`.serialization`: ``torch.load``'s ``map_location``.
 * :mod:`.distributed`: backends, ``DistributedDataParallel``, ``SyncBatchNorm``.
 * :mod:`.data_amp`: ``DataLoader(pin_memory=)``, ``torch.autocast``, ``GradScaler``.
+* :mod:`.optim`: optimizers asked for ``fused=True`` where torch has no fused kernel for the target.
 * :mod:`.cuda_namespace`: every public callable of ``torch.cuda`` and ``torch.cuda.amp``.
 * :mod:`.streams`: ``torch.cuda`` streams, events and ``torch.cuda.nvtx``.
 * :mod:`.accelerator`: ``torch.accelerator``, DeviceMesh's device type, ``Module.to_empty(device=)``.
@@ -25,10 +26,10 @@ from __future__ import annotations
 
 from typing import Callable
 
-from npu_migrate.migrate.patches import (accelerator, compiled, cuda_namespace, data_amp, distributed, processes,
-                                         serialization, streams, tensors)
+from npu_migrate.migrate.patches import (accelerator, compiled, cuda_namespace, data_amp, distributed, optim,
+                                         processes, serialization, streams, tensors)
 
 AREAS: tuple[Callable[[], None], ...] = (
-    tensors.install, serialization.install, distributed.install, data_amp.install, cuda_namespace.install,
+    tensors.install, serialization.install, distributed.install, data_amp.install, optim.install, cuda_namespace.install,
     streams.install_nvtx, accelerator.install, compiled.install, processes.install,
 )
