@@ -31,13 +31,17 @@ BOOTSTRAP_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_boots
 """The folder of the bootstrap ``sitecustomize`` that arms migration and recording in child processes."""
 
 
-def export_bootstrap(set_env: Callable[[str, str], None] | None = None) -> None:
+def export_bootstrap(set_env: Callable[[str, str], None] | None = None,
+                     variables: dict[str, str] | None = None) -> None:
     """Put :data:`BOOTSTRAP_DIR` first on ``PYTHONPATH`` (once) for every process started from now on.
 
     Args:
         set_env: how to set a variable (default: ``os.environ``), so a caller can undo it.
+        variables: the settings the bootstrap arms a hook with, exported first the same way.
     """
     put = set_env or os.environ.__setitem__
+    for name, value in (variables or {}).items():
+        put(name, value)
     path = os.environ.get("PYTHONPATH", "")
     if BOOTSTRAP_DIR not in path.split(os.pathsep):
         put("PYTHONPATH", os.pathsep.join(p for p in (BOOTSTRAP_DIR, path) if p))

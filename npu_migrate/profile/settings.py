@@ -130,10 +130,7 @@ class ProfileSettings:
         """Make every Python process started from now on profile (a sitecustomize arms it at ``import torch``)."""
         from npu_migrate._torch_hook import export_bootstrap
 
-        put = set_env or os.environ.__setitem__
-        for name, value in self.to_env().items():
-            put(name, value)
-        export_bootstrap(put)
+        export_bootstrap(set_env, self.to_env())
 
     # -- the launcher side
 

@@ -190,10 +190,7 @@ class ProbeSettings:
         """Make every Python process started from now on record (a sitecustomize arms it at ``import torch``)."""
         from npu_migrate._torch_hook import export_bootstrap
 
-        put = set_env or os.environ.__setitem__
-        for name, value in self.to_env().items():
-            put(name, value)
-        export_bootstrap(put)
+        export_bootstrap(set_env, self.to_env())
 
     def describe(self) -> dict[str, Any]:
         """The settings as the header of every rank file records them."""
