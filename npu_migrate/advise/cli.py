@@ -72,14 +72,8 @@ def run(args: argparse.Namespace) -> int:
     data = report.build(seen, seen.recorder, seen.recorder.judge.operators, os.environ)
     sys.stdout.flush()
     print(report.to_markdown(data))
-    if args.json_path:
-        report.write_json(data, args.json_path)
-    if args.markdown_path:
-        report.write_markdown(data, args.markdown_path)
-    if args.ops_json:
-        ops_report.write_json(ops_data, args.ops_json)
-    if args.ops_markdown:
-        ops_report.write_markdown(ops_data, args.ops_markdown)
+    ops_cli.write_reports(report, data, args.json_path, args.markdown_path)
+    ops_cli.write_reports(ops_report, ops_data, args.ops_json, args.ops_markdown)
     if failure:
         print(f"npu-migrate advise: {printable(failure)}; the advice covers what ran before it.", file=sys.stderr)
         return 1

@@ -263,6 +263,14 @@ def check_args(args: argparse.Namespace) -> None:
             raise UsageError(f"{flag} {path!r}: folder {folder} does not exist; create it or write elsewhere.")
 
 
+def write_reports(report: Any, data: Any, json_path: str | None, markdown_path: str | None) -> None:
+    """Write ``data`` with ``report``'s writers to the files asked for (``--json``, ``--markdown``)."""
+    if json_path:
+        report.write_json(data, json_path)
+    if markdown_path:
+        report.write_markdown(data, markdown_path)
+
+
 def run(args: argparse.Namespace) -> int:
     """``npu-migrate ops``: audit, print the markdown report, write the files; return the exit status."""
     from npu_migrate.ops import report
@@ -272,10 +280,7 @@ def run(args: argparse.Namespace) -> int:
     data, failure = audit(args)
     sys.stdout.flush()
     print(report.to_markdown(data))
-    if args.json_path:
-        report.write_json(data, args.json_path)
-    if args.markdown_path:
-        report.write_markdown(data, args.markdown_path)
+    write_reports(report, data, args.json_path, args.markdown_path)
     if failure:
         print(f"npu-migrate ops: {printable(failure)}; the report covers what ran before it.", file=sys.stderr)
         return 1
