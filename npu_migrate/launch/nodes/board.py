@@ -16,8 +16,11 @@ the ping's in :mod:`.liveness`):
 ===================== ====================================================================
 ``alive/<owner>``     a counter each launcher adds 1 to every heartbeat
                       (:func:`.timing.heartbeat_interval`); one that stands still for
-                      ``--node-timeout`` means that node is lost. Node 0's own loss shows as
-                      the store going away (:data:`.timing.ERRORS_BEFORE_LOST`).
+                      ``--node-timeout`` (:func:`.timing.lost_after`) means that node is lost.
+                      Node 0 reads every node's counter, the others node 0's only
+                      (:func:`watched`): node 0's store serves O(N) reads a beat, not O(N x N),
+                      and node 0 tells the others through ``fail/<gen>``. Node 0's own loss
+                      also shows as the store going away (:data:`.timing.ERRORS_BEFORE_LOST`).
 ``lost/<owner>``      set by the node that noticed the loss: the relaunched node may claim at once.
 ``running``           the generation that is running ("" while nodes are joining or failed).
 ``gen``               the newest generation (restart count).
@@ -133,6 +136,18 @@ class BoardState:
     """The ``seen`` key of the job's end and when it was published or read (node 0 lingers on it)."""
 
 
+def watched(node_rank: int, members: dict[int, Member]) -> dict[int, Member]:
+    """The members whose heartbeat ``node_rank`` watches: every other node for node 0, node 0 for the rest.
+
+    A node that every node watched would cost node 0's store N x N reads a heartbeat (1,048,576
+    at 1,024 nodes); node 0 alone watching costs N, and it publishes a loss as the generation's
+    failure, which every node reads within one beat (``benchmarks/bench_join.py``).
+    """
+    if node_rank == 0:
+        return {k: m for k, m in members.items() if k != 0}
+    return {k: m for k, m in members.items() if k == 0}
+
+
 class Board:
     """This launcher's side of the board (see the module docstring).
 
@@ -147,7 +162,7 @@ class Board:
 
     def __init__(self, cfg: LaunchConfig, signals: Signals) -> None:
         self.js = JobStore(cfg, signals, self)  # its calls: interrupted by this board's events, errors explained
-        self.interval = timing.heartbeat_interval(cfg.node_timeout)
+        self.interval = timing.heartbeat_interval(cfg.node_timeout, cfg.nnodes)
         self._lock = threading.Lock()
         self._beaten = threading.Condition(self._lock)  # notified after every heartbeat
         self._stop = threading.Event()
@@ -189,7 +204,7 @@ class Board:
             st = self._state
             st.generation = generation
             st.members = dict(members)
-            st.last_change = {k: now for k in members}
+            st.last_change = {k: now for k in watched(self.cfg.node_rank, members)}
             st.counters = {}
 
     def clear_round(self) -> None:
@@ -215,16 +230,17 @@ class Board:
     def _lost_node(self, st: BoardState, now: float) -> Event | None:
         """A lost node in ``st`` (read under the lock), if any."""
         cfg = self.cfg
-        if st.watching and cfg.node_rank != 0 and (now - st.last_ok > cfg.node_timeout
+        lost_after = timing.lost_after(cfg.node_timeout, cfg.nnodes)
+        if st.watching and cfg.node_rank != 0 and (now - st.last_ok > lost_after
                                                    or st.errors >= timing.ERRORS_BEFORE_LOST):
             host0 = st.members[0].host if 0 in st.members else cfg.addr
             why = (f"its store stopped answering ({st.last_error})" if st.errors
-                   else f"no answer for {cfg.node_timeout:g} s")
+                   else f"no answer for {lost_after:g} s")
             return self._lost_event(0, host0, None, f"lost node 0 ({host0}): {why}")
         for k, seen in st.last_change.items():
-            if k != cfg.node_rank and now - seen > cfg.node_timeout:
+            if k != cfg.node_rank and now - seen > lost_after:
                 member = st.members[k]
-                message = f"lost node {k} ({member.host}): no heartbeat for {cfg.node_timeout:g} s (--node-timeout)"
+                message = f"lost node {k} ({member.host}): no heartbeat for {lost_after:g} s (--node-timeout)"
                 return self._lost_event(k, member.host, member.owner, message)
         return None
 
@@ -295,7 +311,8 @@ class Board:
                     if self.cfg.node_rank == 0 and st.told is None and (abort or fail):
                         # Another node ended the job: node 0 serves the store until the rest read why too.
                         st.told = ("seen/abort" if abort else f"seen/{gen}", time.monotonic())
-                counters = {k: store.add(js.key(f"alive/{m.owner}"), 0) for k, m in members.items()}
+                counters = {k: store.add(js.key(f"alive/{m.owner}"), 0)
+                            for k, m in watched(self.cfg.node_rank, members).items()}
                 self._flight(store, gen, members)
                 # Tell node 0 we read it: it keeps serving the store until every node has.
                 # Only a node of the job counts: a refused duplicate that read its own abort is none.
@@ -480,7 +497,7 @@ class Board:
         if self.cfg.node_rank != 0 or told is None or self.js.store is None:
             return
         key, since = told
-        deadline = since + timing.linger_window(self.cfg.node_timeout)
+        deadline = since + timing.linger_window(self.cfg.node_timeout, self.cfg.nnodes)
         others = self.cfg.nnodes - 1 - len(lost - {0})
         if others > 0:
             last = arrival_key(self.js.key(key), others)

@@ -306,7 +306,7 @@ class Membership:
             extra: dict[str, Any] = {}
             keep_alive = timing.TORCH_KEEP_ALIVE_S  # torch < 2.4 fixes the handler's keep-alive
             if "keep_alive_interval" in inspect.signature(DynamicRendezvousHandler.from_backend).parameters:
-                keep_alive = timing.keep_alive_interval(cfg.node_timeout)
+                keep_alive = timing.keep_alive_interval(cfg.node_timeout, cfg.nnodes)
                 extra["keep_alive_interval"] = keep_alive
             timeout = RendezvousTimeout(
                 join=timedelta(seconds=cfg.join_timeout),

@@ -55,9 +55,35 @@ ERRORS_BEFORE_LOST = 3
 hiccup (a reconnect), three are a store that went away."""
 
 
-def heartbeat_interval(node_timeout: float) -> float:
-    """Seconds between two heartbeats for this ``--node-timeout``."""
-    return max(HEARTBEAT_MIN_S, min(HEARTBEAT_MAX_S, node_timeout / HEARTBEATS_PER_NODE_TIMEOUT))
+NODE0_BEATS_PER_S = 500
+"""The most heartbeats a second node 0's store is given, whatever the node count: past
+``NODE0_BEATS_PER_S x HEARTBEAT_MAX_S`` nodes (1,000 with the default node timeout) the heartbeat
+slows down with the node count instead of node 0's load growing with it. One beat is about 7
+store requests (node 0's own beat 2 per node: it alone reads every node's counter and flight
+record), so this keeps node 0's store near 4,500 requests a second at any size: under a tenth of
+one core of its store thread in ``benchmarks/bench_join.py``, which leaves room for the ranks'
+own store traffic and a loaded host."""
+
+LOST_MIN_BEATS = 5
+"""A node is called lost after ``--node-timeout``, never after fewer of its heartbeats than this:
+where the heartbeat slowed down for a large job, one late beat must not lose a live node."""
+
+
+def heartbeat_interval(node_timeout: float, nnodes: int = 1) -> float:
+    """Seconds between two heartbeats for this ``--node-timeout`` and node count.
+
+    ``clamp(node_timeout / HEARTBEATS_PER_NODE_TIMEOUT, HEARTBEAT_MIN_S, HEARTBEAT_MAX_S)``, and
+    never less than ``nnodes / NODE0_BEATS_PER_S``: node 0 then gets at most
+    :data:`NODE0_BEATS_PER_S` beats a second (2.05 s at 1,024 nodes, 8.2 s at 4,096).
+    """
+    interval = max(HEARTBEAT_MIN_S, min(HEARTBEAT_MAX_S, node_timeout / HEARTBEATS_PER_NODE_TIMEOUT))
+    return max(interval, nnodes / NODE0_BEATS_PER_S)
+
+
+def lost_after(node_timeout: float, nnodes: int = 1) -> float:
+    """Seconds without a heartbeat before a node counts as lost: ``--node-timeout``, or
+    :data:`LOST_MIN_BEATS` heartbeats where the heartbeat slowed down for the node count."""
+    return max(node_timeout, LOST_MIN_BEATS * heartbeat_interval(node_timeout, nnodes))
 
 
 ABORT_EXPLAIN_BEATS = 2
@@ -101,9 +127,18 @@ ROUND_CLOSE_S = 30.0
 """torch's ``close`` timeout of a rendezvous round (the handler's default)."""
 
 
-def keep_alive_interval(node_timeout: float) -> int:
-    """The keep-alive of torch's rendezvous handler on torch >= 2.4, in whole seconds."""
-    return max(1, min(TORCH_KEEP_ALIVE_S, int(node_timeout / KEEP_ALIVES_PER_NODE_TIMEOUT)))
+KEEP_ALIVES_PER_S = 100
+"""The most keep-alives of torch's handler a second at node 0 (torch >= 2.4, where it can be set):
+each one reads and compare-and-sets the whole rendezvous state, which grows with the node count
+(about 100 bytes a node), so node 0's bytes grow as N x N / interval; past 500 nodes the
+keep-alive slows down with the node count instead (11 s at 1,024 nodes)."""
+
+
+def keep_alive_interval(node_timeout: float, nnodes: int = 1) -> int:
+    """The keep-alive of torch's rendezvous handler on torch >= 2.4, in whole seconds: a quarter of
+    ``--node-timeout`` (at most :data:`TORCH_KEEP_ALIVE_S`), never less than ``nnodes / KEEP_ALIVES_PER_S``."""
+    interval = max(1, min(TORCH_KEEP_ALIVE_S, int(node_timeout / KEEP_ALIVES_PER_NODE_TIMEOUT)))
+    return max(interval, -(-nnodes // KEEP_ALIVES_PER_S))
 
 
 # --------------------------------------------------------------------------- the board
@@ -144,9 +179,9 @@ may run for hours longer), but runs in slices of this length on a connection of 
 wait abandoned for a board event (a failure, a lost node) ends within one slice."""
 
 
-def linger_window(node_timeout: float) -> float:
+def linger_window(node_timeout: float, nnodes: int = 1) -> float:
     """How long node 0 serves the store at most after telling the others that the job ends."""
-    interval = heartbeat_interval(node_timeout)
+    interval = heartbeat_interval(node_timeout, nnodes)
     return max(LINGER_MIN_S, ABORT_EXPLAIN_BEATS * interval + ABORT_EXPLAIN_SLACK_S,
                node_timeout * LINGER_NODE_TIMEOUT_SHARE)
 
