@@ -287,6 +287,9 @@ def _run(args: argparse.Namespace) -> int:
     notes = "".join(f", {note}" for note in (job.describe(cfg.device) for job in jobs) if note)
     if cfg.binding.note:
         notes += f", {cfg.binding.note}"
+    hccl_note = hccl.connect_timeout_note(cfg.nnodes, dict(os.environ)) if cfg.backend == hccl.BACKEND else ""
+    if hccl_note:  # the one line that says the launcher set HCCL_CONNECT_TIMEOUT for a large job
+        notes += f", {hccl_note}"
     counts = sorted(set(cfg.binding.threads)) if cfg.binding.threads and cfg.omp_threads else [cfg.omp_threads]
     threads = f", {'/'.join(map(str, counts))} thread(s) per rank" if cfg.omp_threads else ""
     where = cfg.rdzv.describe(cfg.nnodes) if cfg.rdzv.assign else f"node {cfg.node_rank} of {cfg.nnodes}"

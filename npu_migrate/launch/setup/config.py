@@ -152,6 +152,10 @@ class LaunchConfig:
             bound.pop("OMP_NUM_THREADS", None)
         env.update(bound)
         env.update(self.net_env)
+        if self.backend == hccl.BACKEND:  # a large job's communicator needs longer to form (unless the user said)
+            hccl_wait = hccl.connect_timeout(self.nnodes, dict(os.environ))
+            if hccl_wait is not None:
+                env[hccl.CONNECT_TIMEOUT_ENV] = str(hccl_wait)
         return env
 
 

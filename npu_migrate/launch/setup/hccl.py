@@ -140,6 +140,44 @@ def host_ports(environ: dict[str, str]) -> PortRange:
     return PortRange(((first, first + PORTS_PER_BASE - 1),), BASE_PORT_ENV, source)
 
 
+CONNECT_TIMEOUT_ENV = "HCCL_CONNECT_TIMEOUT"
+"""How long (seconds) an HCCL rank waits for its peers while the communicator forms (HCCL's default: 120)."""
+
+CONNECT_TIMEOUT_DEFAULT_S = 120
+"""HCCL's own default, which holds up to :data:`CONNECT_TIMEOUT_NODES` nodes."""
+
+CONNECT_TIMEOUT_NODES = 64
+"""Nodes (8 NPUs each, 512 ranks) that HCCL's default connect window is left for: every rank reaches
+the communicator's root and then its link peers while the others still start, so the time to form
+grows with the node count, and one node late by more than the window fails the whole job with
+EI0006."""
+
+CONNECT_TIMEOUT_MAX_S = 1800
+"""The longest default the launcher gives: a communicator that has not formed in 30 minutes will
+not, and a longer window only delays the report."""
+
+
+def connect_timeout(nnodes: int, environ: dict[str, str]) -> int | None:
+    """The ``HCCL_CONNECT_TIMEOUT`` the launcher sets for ``nnodes`` nodes, or None (HCCL's default holds).
+
+    ``min(CONNECT_TIMEOUT_MAX_S, CONNECT_TIMEOUT_DEFAULT_S x ceil(nnodes / CONNECT_TIMEOUT_NODES))``
+    past :data:`CONNECT_TIMEOUT_NODES` nodes (240 s at 128 nodes, 480 s at 256, 1,800 s at 1,024),
+    unless the user set the variable: theirs wins, as does HCCL's default for smaller jobs. Every
+    node computes the same value from ``--nnodes``, so the nodes agree (:data:`AGREED_VARS`).
+    """
+    if environ.get(CONNECT_TIMEOUT_ENV) or nnodes <= CONNECT_TIMEOUT_NODES:
+        return None
+    return min(CONNECT_TIMEOUT_MAX_S, CONNECT_TIMEOUT_DEFAULT_S * -(-nnodes // CONNECT_TIMEOUT_NODES))
+
+
+def connect_timeout_note(nnodes: int, environ: dict[str, str]) -> str:
+    """The start-up line's note where the launcher sets ``HCCL_CONNECT_TIMEOUT`` ("" where it does not)."""
+    value = connect_timeout(nnodes, environ)
+    return "" if value is None else (f"{CONNECT_TIMEOUT_ENV}={value} for {nnodes} nodes "
+                                     f"(unset; HCCL's {CONNECT_TIMEOUT_DEFAULT_S} s is for up to "
+                                     f"{CONNECT_TIMEOUT_NODES})")
+
+
 def agreed_values(environ: dict[str, str]) -> dict[str, str]:
     """This node's value of every :data:`AGREED_VARS` variable ("" where unset)."""
     return {name: environ.get(name, "") for name in AGREED_VARS}

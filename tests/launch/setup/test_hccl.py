@@ -142,3 +142,23 @@ def test_an_unreadable_hccl_base_port_is_refused_in_one_line() -> None:
     assert result.stderr.strip().splitlines() == [
         "npu-migrate launch: error: HCCL_IF_BASE_PORT='80' is not a port HCCL accepts: expected an integer from 1024 "
         "to 65520. Fix or unset it."]
+
+
+def test_hccl_connect_timeout_grows_with_the_node_count_where_the_user_left_it_unset() -> None:
+    # HCCL's own 120 s up to 64 nodes; 120 s more for every 64 nodes; 30 minutes at most.
+    assert [hccl.connect_timeout(n, {}) for n in (1, 64, 65, 128, 256, 1024, 4096)] == [
+        None, None, 240, 240, 480, 1800, 1800]
+    assert hccl.connect_timeout(1024, {"HCCL_CONNECT_TIMEOUT": "600"}) is None  # the user's value wins
+    assert hccl.connect_timeout_note(64, {}) == ""
+    assert hccl.connect_timeout_note(256, {}).startswith("HCCL_CONNECT_TIMEOUT=480 for 256 nodes")
+
+
+def test_a_large_hccl_jobs_ranks_get_the_scaled_connect_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    from npu_migrate.launch.setup.config import LaunchConfig
+
+    monkeypatch.delenv("HCCL_CONNECT_TIMEOUT", raising=False)
+    assert LaunchConfig(nproc=8, nnodes=256, backend="hccl").worker_env(0)["HCCL_CONNECT_TIMEOUT"] == "480"
+    assert "HCCL_CONNECT_TIMEOUT" not in LaunchConfig(nproc=8, nnodes=16, backend="hccl").worker_env(0)
+    assert "HCCL_CONNECT_TIMEOUT" not in LaunchConfig(nproc=8, nnodes=256, backend="gloo").worker_env(0)
+    monkeypatch.setenv("HCCL_CONNECT_TIMEOUT", "900")  # the ranks inherit the user's own
+    assert "HCCL_CONNECT_TIMEOUT" not in LaunchConfig(nproc=8, nnodes=256, backend="hccl").worker_env(0)
