@@ -367,6 +367,8 @@ class Membership:
             logger.info("a node of the round did not report; joining the next round")
         board.set_round(max(m.generation for m in members.values()), members)
         js.call(lambda: js.store.set(js.key("running"), str(board.generation)), "running")
+        if cfg.max_restarts == 0:
+            self._stop_keep_alive()  # no next round: the board alone watches the nodes
         return Round(board.generation, members)
 
     def _exchange(self, store: Any, hrank: int, hworld: int) -> dict[int, Member] | None:
@@ -404,19 +406,27 @@ class Membership:
 
     # -- the end
 
+    def _stop_keep_alive(self) -> None:
+        """Stop torch's keep-alive (at the end; or once the round is in, where no next round can come).
+
+        Each keep-alive reads and compare-and-sets torch's whole rendezvous state, about 100 bytes
+        a node: at 1,024 nodes, 96 KB each way per node per keep-alive, the largest traffic at
+        node 0 while the job runs. It only lets a later round drop a node that stopped; without
+        ``--max-restarts`` there is none, and the board watches the nodes. Stopped here, from this
+        thread: were the handler freed while the timer's own thread runs, its finalizer would
+        join that thread from itself and print "RuntimeError: cannot join current thread" at exit.
+        """
+        stop = getattr(self._handler, "_stop_heartbeats", None) if self._handler is not None else None
+        if stop is not None:
+            self.js.quietly(stop, timing.LEAVE_S)
+
     def close(self) -> None:
         """Node 0 serves until the others read why the job ended; stop the heartbeat and torch's
         keep-alive; give this node rank back (a relaunch on this host may claim it)."""
         js = self.js
         self.board.linger()
         self.board.stop()
-        if self._handler is not None:
-            # Stop torch's keep-alive timer here, from this thread: were the handler freed while
-            # the timer's own thread runs, its finalizer would join that thread from itself and
-            # print "RuntimeError: cannot join current thread" at exit.
-            stop = getattr(self._handler, "_stop_heartbeats", None)
-            if stop is not None:
-                js.quietly(stop, timing.LEAVE_S)
+        self._stop_keep_alive()
         if self.board.claimed and js.store is not None:
             # A launcher asking about this one meanwhile hears that it was here (:meth:`_claim`), then
             # the node rank is given back, unless the job finished: a late duplicate is refused then too.
