@@ -360,8 +360,10 @@ class JobStore:
         Raises:
             Exception: (torch's store error) node 0's store is gone.
         """
+        if present(self.store, keys):  # there already: no connection of its own (N at once cost node 0)
+            return True
         if seconds <= 0:
-            return present(self.store, keys)
+            return False
         return wait_keys(self.client(seconds), keys, seconds, check=self.store)
 
     def await_keys(self, keys: Sequence[str], name: str, seconds: float | None = None) -> bool:

@@ -58,3 +58,30 @@ def test_node_0_watches_the_others_and_they_watch_node_0() -> None:
     finally:
         for m in reversed(members):
             m.close()
+
+
+def _established(port: int) -> int:
+    """Established connections whose local port is ``port`` (the store server's side), from /proc."""
+    count = 0
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(name) as f:
+            next(f)
+            count += sum(1 for line in f if line.split()[3] == "01"
+                         and int(line.split()[1].rsplit(":", 1)[1], 16) == port)
+    return count
+
+
+def test_a_joined_node_holds_two_connections_at_node_0_and_a_wait_for_a_present_key_opens_none() -> None:
+    from npu_migrate.launch.setup.config import CONTROL_PORT_OFFSET
+
+    members = _join(0)
+    try:
+        port = members[0].cfg.port + CONTROL_PORT_OFFSET
+        held = 2 * len(members) + 1  # and node 0's server object's own client of itself (a TCPStore master is one)
+        assert _established(port) == held
+        js = members[1].js
+        assert js.wait_keys([js.key("running")], 30)  # set by every node after its round
+        assert _established(port) == held
+    finally:
+        for m in reversed(members):
+            m.close()
