@@ -14,8 +14,16 @@ import pytest
 from conftest import free_port
 
 from npu_migrate.launch.nodes.membership import Membership
+from npu_migrate.launch.procs import cpplog
 from npu_migrate.launch.setup.config import LaunchConfig
 from npu_migrate.launch.signals import Signals
+
+
+@pytest.fixture(autouse=True)
+def _c10_level_given_back():
+    """A launcher's store client sets c10's log level for its whole process; here that is the test's."""
+    with cpplog.kept():
+        yield
 
 
 def _join(max_restarts: int) -> list[Membership]:
