@@ -2,7 +2,8 @@
 
 The attacker knows nothing but the address: it reads the job id from node 0's store, then writes
 a pickled payload under ``torch.rendezvous.<job id>`` (torch's rendezvous unpickles it in every
-launcher), the board's ``abort`` key or a forged failure. Without a secret the attacks work, as
+launcher whose keep-alive still reads it: with restarts left), the board's ``abort`` key or a
+forged failure. Without a secret the attacks work, as
 with torchrun; with ``NPU_MIGRATE_JOB_SECRET`` every launcher refuses the value, says so once,
 and the job ends as it would have.
 """
@@ -29,6 +30,9 @@ from npu_migrate.launch.nodes.values import pad, unpad
 
 SECRET = "s3cr3t-for-the-test-" + "x" * 20
 REFUSED = "refused a value under "
+KEEP_ALIVE = ("--max-restarts", "1")
+"""Restarts left, so torch's keep-alive goes on reading the rendezvous state while the job runs
+(without restarts it stops once the round is in, and nothing reads the state after the join)."""
 
 
 class Payload:
@@ -71,7 +75,7 @@ def stop(*nodes: Launch) -> None:
 @pytest.mark.slow
 def test_without_a_secret_a_pickled_rendezvous_state_runs_in_the_launchers(tmp_path: Path) -> None:
     port = free_port()
-    node0, node1, release = launchers(tmp_path, port)
+    node0, node1, release = launchers(tmp_path, port, *KEEP_ALIVE)
     try:
         store, job = attacker(port)
         marker = tmp_path / "ran"
@@ -86,7 +90,7 @@ def test_without_a_secret_a_pickled_rendezvous_state_runs_in_the_launchers(tmp_p
 @pytest.mark.slow
 def test_with_a_secret_a_pickled_rendezvous_state_is_refused(tmp_path: Path) -> None:
     port = free_port()
-    node0, node1, release = launchers(tmp_path, port, NPU_MIGRATE_JOB_SECRET=SECRET)
+    node0, node1, release = launchers(tmp_path, port, *KEEP_ALIVE, NPU_MIGRATE_JOB_SECRET=SECRET)
     store, job = attacker(port)
     marker = tmp_path / "ran"
     key = f"torch.rendezvous.{job}"
