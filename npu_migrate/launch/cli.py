@@ -287,7 +287,7 @@ def _run(args: argparse.Namespace) -> int:
     notes = "".join(f", {note}" for note in (job.describe(cfg.device) for job in jobs) if note)
     if cfg.binding.note:
         notes += f", {cfg.binding.note}"
-    hccl_note = hccl.connect_timeout_note(cfg.nnodes, dict(os.environ)) if cfg.backend == hccl.BACKEND else ""
+    hccl_note = hccl.connect_timeout_note(cfg.backend, cfg.nnodes, dict(os.environ))
     if hccl_note:  # the one line that says the launcher set HCCL_CONNECT_TIMEOUT for a large job
         notes += f", {hccl_note}"
     counts = sorted(set(cfg.binding.threads)) if cfg.binding.threads and cfg.omp_threads else [cfg.omp_threads]

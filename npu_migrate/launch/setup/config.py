@@ -152,10 +152,9 @@ class LaunchConfig:
             bound.pop("OMP_NUM_THREADS", None)
         env.update(bound)
         env.update(self.net_env)
-        if self.backend == hccl.BACKEND:  # a large job's communicator needs longer to form (unless the user said)
-            hccl_wait = hccl.connect_timeout(self.nnodes, dict(os.environ))
-            if hccl_wait is not None:
-                env[hccl.CONNECT_TIMEOUT_ENV] = str(hccl_wait)
+        hccl_wait = hccl.connect_timeout(self.backend, self.nnodes, dict(os.environ))
+        if hccl_wait is not None:  # a large job's communicator needs longer to form (unless the user said)
+            env[hccl.CONNECT_TIMEOUT_ENV] = str(hccl_wait)
         return env
 
 

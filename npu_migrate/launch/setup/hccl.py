@@ -157,22 +157,23 @@ CONNECT_TIMEOUT_MAX_S = 1800
 not, and a longer window only delays the report."""
 
 
-def connect_timeout(nnodes: int, environ: dict[str, str]) -> int | None:
-    """The ``HCCL_CONNECT_TIMEOUT`` the launcher sets for ``nnodes`` nodes, or None (HCCL's default holds).
+def connect_timeout(backend: str, nnodes: int, environ: dict[str, str]) -> int | None:
+    """The ``HCCL_CONNECT_TIMEOUT`` the launcher sets for ``nnodes`` nodes, or None (HCCL's default
+    holds, or the job's ``backend`` is not HCCL).
 
     ``min(CONNECT_TIMEOUT_MAX_S, CONNECT_TIMEOUT_DEFAULT_S x ceil(nnodes / CONNECT_TIMEOUT_NODES))``
     past :data:`CONNECT_TIMEOUT_NODES` nodes (240 s at 128 nodes, 480 s at 256, 1,800 s at 1,024),
     unless the user set the variable: theirs wins, as does HCCL's default for smaller jobs. Every
     node computes the same value from ``--nnodes``, so the nodes agree (:data:`AGREED_VARS`).
     """
-    if environ.get(CONNECT_TIMEOUT_ENV) or nnodes <= CONNECT_TIMEOUT_NODES:
+    if backend != BACKEND or environ.get(CONNECT_TIMEOUT_ENV) or nnodes <= CONNECT_TIMEOUT_NODES:
         return None
     return min(CONNECT_TIMEOUT_MAX_S, CONNECT_TIMEOUT_DEFAULT_S * -(-nnodes // CONNECT_TIMEOUT_NODES))
 
 
-def connect_timeout_note(nnodes: int, environ: dict[str, str]) -> str:
+def connect_timeout_note(backend: str, nnodes: int, environ: dict[str, str]) -> str:
     """The start-up line's note where the launcher sets ``HCCL_CONNECT_TIMEOUT`` ("" where it does not)."""
-    value = connect_timeout(nnodes, environ)
+    value = connect_timeout(backend, nnodes, environ)
     return "" if value is None else (f"{CONNECT_TIMEOUT_ENV}={value} for {nnodes} nodes "
                                      f"(unset; HCCL's {CONNECT_TIMEOUT_DEFAULT_S} s is for up to "
                                      f"{CONNECT_TIMEOUT_NODES})")

@@ -146,11 +146,12 @@ def test_an_unreadable_hccl_base_port_is_refused_in_one_line() -> None:
 
 def test_hccl_connect_timeout_grows_with_the_node_count_where_the_user_left_it_unset() -> None:
     # HCCL's own 120 s up to 64 nodes; 120 s more for every 64 nodes; 30 minutes at most.
-    assert [hccl.connect_timeout(n, {}) for n in (1, 64, 65, 128, 256, 1024, 4096)] == [
+    assert [hccl.connect_timeout("hccl", n, {}) for n in (1, 64, 65, 128, 256, 1024, 4096)] == [
         None, None, 240, 240, 480, 1800, 1800]
-    assert hccl.connect_timeout(1024, {"HCCL_CONNECT_TIMEOUT": "600"}) is None  # the user's value wins
-    assert hccl.connect_timeout_note(64, {}) == ""
-    assert hccl.connect_timeout_note(256, {}).startswith("HCCL_CONNECT_TIMEOUT=480 for 256 nodes")
+    assert hccl.connect_timeout("hccl", 1024, {"HCCL_CONNECT_TIMEOUT": "600"}) is None  # the user's value wins
+    assert hccl.connect_timeout_note("hccl", 64, {}) == ""
+    assert hccl.connect_timeout_note("hccl", 256, {}).startswith("HCCL_CONNECT_TIMEOUT=480 for 256 nodes")
+    assert hccl.connect_timeout("gloo", 1024, {}) is None and hccl.connect_timeout_note("gloo", 1024, {}) == ""
 
 
 def test_a_large_hccl_jobs_ranks_get_the_scaled_connect_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
