@@ -244,7 +244,15 @@ class Recorder:
         # Plain tensors only: a subclass (DTensor, FakeTensor) handles the operator in its own
         # __torch_dispatch__ and runs it on plain tensors, where the NPU's kernels are chosen.
         if key is None or len(via) >= _MAX_FOLLOW or not all(type(t) in _PLAIN for t in inputs):
-            out = func(*args, **kwargs)
+            try:
+                out = func(*args, **kwargs)
+            except NotImplementedError:
+                # A composite's callee this machine cannot run (no meta kernel under --meta:
+                # aten::_logcumsumexp): the NPU calls it all the same, so it is recorded before the
+                # composite gives way to the operator itself (_follow).
+                if via:
+                    self.add(name, overload, verdict, inputs, site, top[0], phase, via)
+                raise
         else:
             phase = phase or self.phase(inputs)
             out = self._follow(mode, func, key, args, kwargs, (top[0], site, True, False, (*via, label), phase))

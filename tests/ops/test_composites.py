@@ -94,6 +94,21 @@ def test_every_followed_composite_has_its_callees_recorded(tmp_path: Path, relea
 
 
 @BOTH
+def test_meta_reports_a_callee_without_a_meta_kernel(tmp_path: Path, release: str,
+                                                     capsys: pytest.CaptureFixture) -> None:
+    """Under --meta, aten::_logcumsumexp (no meta kernel) is still the host fallback of logcumsumexp."""
+    code, data = audit(tmp_path, "composite_train.py", "--meta", release=release)
+    assert code == 1 and data["verdict"] == "cpu_fallback"
+    forward = one(data, "aten::_logcumsumexp", "default", "forward")
+    assert forward["verdict"] == "cpu_fallback" and forward["via"] == ["aten::logcumsumexp"]
+    assert forward["site"].endswith("composite_train.py:13") and forward["count"] == 2
+    backward = one(data, "aten::_logcumsumexp", "default", "backward")
+    assert backward["via"] == ["aten::logcumsumexp"] and backward["count"] == 4
+    assert "composite_train.py:13 → `aten::logcumsumexp` → `aten::_logcumsumexp`: CPU fallback (forward" \
+        in capsys.readouterr().out
+
+
+@BOTH
 def test_a_cuda_extensions_operator_has_no_kernel(tmp_path: Path, release: str,
                                                   capsys: pytest.CaptureFixture) -> None:
     code, data = audit(tmp_path, "cuda_extension_op.py", "--meta", release=release)
