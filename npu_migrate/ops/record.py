@@ -40,6 +40,7 @@ composites on the way (``via``), to the bottom. What is hooked into torch meanwh
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import warnings
@@ -66,6 +67,9 @@ _MASK_DTYPES = (torch.bool, torch.uint8)
 # A call frame: (function, site, seeded, beneath a registered composite, composites followed, phase).
 _QUIET = ("", None, False, False, (), None)
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+_DEVICE_PROPERTY = torch.Tensor.device  # its __get__ reaches the function mode
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _MAX_FOLLOW = 32  # composites nested deeper than this are recorded, not followed (none in torch is)
 
 
@@ -297,6 +301,12 @@ class Recorder:
         """Run one torch function, noting what the dispatch mode needs to know about it."""
         stack = self._frame()
         target = self.target
+        if (getattr(func, "__self__", None) is _DEVICE_PROPERTY and target is not None and self.accelerator is None
+                and args and self.is_device(args[0])):
+            # x.device of a device tensor is the device (the CPU object the script's "cuda" became),
+            # so .to(x.device), torch.zeros(..., device=x.device) stay on it, as on the NPU, and are
+            # not host copies (clip_grad_norm_'s norm.to(first_device)).
+            return target
         seeded = target is not None and (self.accelerator is None or self.fake) and (
             any(a is target for a in args) or any(v is target for v in kwargs.values()))
         if seeded and self.fake:
@@ -355,9 +365,16 @@ class Recorder:
 
     def _to_host(self, args: tuple, kwargs: dict) -> bool:
         for value in (*args[1:], kwargs.get("device")):
-            if (isinstance(value, str) and value.startswith("cpu")) or (
-                    isinstance(value, torch.device) and value.type == "cpu" and value is not self.target):
+            if isinstance(value, str) and value.startswith("cpu"):
                 return True
+            if isinstance(value, torch.device) and value.type == "cpu" and value is not self.target:
+                # torch's own code moves tensors to devices read from tensors (clip_grad_norm_'s
+                # norm.to(first_device), clip_coef.to(device) of its per-device groups): on this CPU
+                # stand-in those read "cpu", on the NPU they are the NPU. Not a host copy.
+                frame = sys._getframe(3)  # past on_function, the mode and npu_migrate's Tensor.to patch
+                while frame is not None and frame.f_code.co_filename.startswith(_OWN_DIR):
+                    frame = frame.f_back
+                return frame is None or not frame.f_code.co_filename.startswith(_TORCH_DIR)
         return False
 
     def __enter__(self) -> "Recorder":

@@ -87,6 +87,18 @@ def test_item_every_step_is_a_counted_sync(tmp_path: Path, release: str) -> None
                     "site": sync["site"]} and sync["site"].endswith("item_train.py:15")
 
 
+def test_moves_to_a_tensors_device_are_not_host_copies(tmp_path: Path, release: str) -> None:
+    """clip_grad_norm_'s norm.to(first_device) and x.to(y.device) read "cpu" here, the NPU there."""
+    _, data = audit(tmp_path, "device_of_tensor_train.py", release=release)
+    assert data["steps"] == 2
+    (sync,) = data["risks"]["syncs"]
+    assert (sync["what"], sync["per_step"]) == ("Tensor.to(cpu)", 1.0)
+    assert sync["site"].endswith("device_of_tensor_train.py:18")
+    # torch.zeros(..., device=x.device) is made on the device, by the NPU.
+    (zeros,) = ops_named(data, "aten::zeros")
+    assert zeros["site"].endswith("device_of_tensor_train.py:13") and zeros["per_step"] == 1.0
+
+
 def test_host_data_is_not_counted(tmp_path: Path, release: str) -> None:
     """entr_train.py draws its batches on the host: torch.rand is not a device operator."""
     _, data = audit(tmp_path, "entr_train.py", release=release)
