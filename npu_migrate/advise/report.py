@@ -158,7 +158,7 @@ def build(seen: Any, recorder: Any, operators: Any, env: Mapping[str, str]) -> d
         add("host_sync", "keep the value on the device; read it every N steps (or accumulate, then .item() once)",
             site, "", _per_step(s), "the host waits until the device has finished everything queued, and the "
             "task queue drains: the NPU idles while the host catches up", f"{what} {s.count}x")
-    if seen.started and not syncs:
+    if seen.started and not syncs and not seen.anomaly_syncs:
         good.append("no host sync in the step")
     empties = [(site, s) for site, s in seen.empty_cache.items() if _every_step(s, steps)]
     for site, s in empties:
@@ -166,14 +166,20 @@ def build(seen: Any, recorder: Any, operators: Any, env: Mapping[str, str]) -> d
             "each call synchronises the device and returns the allocator's cache, which the next step allocates "
             "again", f"torch.cuda.empty_cache {s.count}x")
     if seen.anomaly is not None:
+        checks = sum(_per_step(s) for s in seen.anomaly_syncs.values())
         add("anomaly_detection", "torch.autograd.set_detect_anomaly(False)", seen.anomaly or "?", "", 1.0,
-            "anomaly detection checks every operator's output and keeps a stack trace per autograd node",
-            "torch.is_anomaly_enabled() in the forward")
+            "anomaly detection checks every operator's output and keeps a stack trace per autograd node"
+            + (f"; its NaN check of each gradient is a host sync: {checks:g} per step in the backward"
+               if checks else ""),
+            "torch.is_anomaly_enabled() in the forward"
+            + "".join(f"; aten::_local_scalar_dense {s.count}x in the backward at {_short(site)}"
+                      for site, s in seen.anomaly_syncs.items()))
     elif seen.started:
         good.append("anomaly detection off")
     doubles: dict[str, int] = {}
     for (op, overload, phase, site, via), entry in recorder.entries.items():
-        if not via and "float64" in entry.dtypes:
+        # The backward's float64 follows from the forward's: advised where the forward made it.
+        if not via and "float64" in entry.dtypes and phase != "backward":
             doubles[site] = doubles.get(site, 0) + entry.count
     for site, count in doubles.items():
         add("float64", "float32 (or bfloat16/float16 under autocast)", site, "", round(count / divide, 2),

@@ -80,6 +80,7 @@ class Watch:
         self.syncs: dict[tuple[str, str], Seen] = {}
         self.empty_cache: dict[str, Seen] = {}
         self.anomaly: str | None = None  # where anomaly detection was turned on ("" if not seen where)
+        self.anomaly_syncs: dict[str, Seen] = {}          # backward site -> its NaN checks' host syncs
         self.sync_batchnorm: dict[str, int] = {}          # site -> SyncBatchNorm layers made there
         self.ddp_forwards: dict[str, Seen] = {}          # forward site -> DDP forwards that sync gradients
         self._undo: list[Callable[[], None]] = []
@@ -92,8 +93,15 @@ class Watch:
             self.matcher.op(name, overload, site, function, inputs, outputs)
 
     def sync(self, what: str, site: str) -> None:
-        if self.started:
-            self._note(self.syncs, (what, site), what)
+        if not self.started:
+            return
+        if (what == "aten::_local_scalar_dense" and torch._C._current_autograd_node() is not None
+                and torch.is_anomaly_enabled()):
+            # The autograd engine's NaN check of each gradient under anomaly detection: the cure is
+            # anomaly detection off (its advice counts them), not a change at the backward's line.
+            self._note(self.anomaly_syncs, site, what)
+            return
+        self._note(self.syncs, (what, site), what)
 
     def _note(self, table: dict, key: Any, what: str = "") -> None:
         seen = table.get(key)

@@ -69,6 +69,7 @@ _QUIET = ("", None, False, False, (), None)
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
 _DEVICE_PROPERTY = torch.Tensor.device  # its __get__ reaches the function mode
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_BACKWARD_CALLS = ("torch.Tensor.backward", "torch.autograd.backward", "torch.autograd.grad")
 _OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _MAX_FOLLOW = 32  # composites nested deeper than this are recorded, not followed (none in torch is)
 
@@ -326,7 +327,10 @@ class Recorder:
         if self.fake and device_args and short in meta.HOST_READS:
             self.add_sync(f"Tensor.{short}", site)
             return meta.stand_in(short, device_args[0])
-        stack.append((name, site, seeded, parent is not None and parent[2] is Verdict.NPU, (), None))
+        # What backward() does before the engine runs (ones_like for the loss's implicit gradient) is
+        # the backward's.
+        phase = "backward" if name in _BACKWARD_CALLS else None
+        stack.append((name, site, seeded, parent is not None and parent[2] is Verdict.NPU, (), phase))
         try:
             out = func(*args, **kwargs)
         finally:

@@ -85,6 +85,8 @@ def test_item_every_step_is_a_counted_sync(tmp_path: Path, release: str) -> None
     (sync,) = data["risks"]["syncs"]
     assert sync == {"what": "aten::_local_scalar_dense", "count": 2, "per_step": 1.0,
                     "site": sync["site"]} and sync["site"].endswith("item_train.py:15")
+    # loss.backward() makes the loss's implicit gradient (ones_like) before the engine runs: backward too.
+    assert {o["phase"] for o in data["ops"] if o["site"].endswith("item_train.py:14")} == {"backward"}
 
 
 def test_moves_to_a_tensors_device_are_not_host_copies(tmp_path: Path, release: str) -> None:
