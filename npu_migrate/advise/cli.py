@@ -54,9 +54,7 @@ def run(args: argparse.Namespace) -> int:
 
     ops_cli.check_args(args)
     for flag, path in (("--ops-json", args.ops_json), ("--ops-markdown", args.ops_markdown)):
-        folder = os.path.dirname(os.path.abspath(path)) if path else None
-        if folder and not os.path.isdir(folder):
-            raise UsageError(f"{flag} {path!r}: folder {folder} does not exist; create it or write elsewhere.")
+        ops_cli.check_output(flag, path)
     from npu_migrate.advise import report
     from npu_migrate.advise.watch import Watch
     from npu_migrate.ops import report as ops_report

@@ -258,9 +258,18 @@ def check_args(args: argparse.Namespace) -> None:
     if not args.module and not os.path.isfile(args.script):
         raise InputError(f"script {args.script!r} not found (working directory {os.getcwd()}).")
     for flag, path in (("--json", args.json_path), ("--markdown", args.markdown_path)):
-        folder = os.path.dirname(os.path.abspath(path)) if path else None
-        if folder and not os.path.isdir(folder):
-            raise UsageError(f"{flag} {path!r}: folder {folder} does not exist; create it or write elsewhere.")
+        check_output(flag, path)
+
+
+def check_output(flag: str, path: str | None) -> None:
+    """A file to write the report to: its folder exists and it is not a folder itself (one line each)."""
+    if not path:
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise UsageError(f"{flag} {path!r}: folder {folder} does not exist; create it or write elsewhere.")
+    if os.path.isdir(path):
+        raise UsageError(f"{flag} {path!r} is a folder: name a file in it, such as {os.path.join(path, 'report')!r}.")
 
 
 def write_reports(report: Any, data: Any, json_path: str | None, markdown_path: str | None) -> None:

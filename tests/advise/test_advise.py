@@ -154,8 +154,15 @@ def test_a_replacement_the_release_lacks_is_not_suggested(tmp_path: Path) -> Non
 def test_usage_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert main(["advise", str(tmp_path / "missing.py")]) == 2
     assert main(["advise", "--ops-json", str(tmp_path / "no" / "ops.json"), str(SCRIPTS / "fused_llama.py")]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 2 and all(line.startswith("npu-migrate advise: ") for line in err)
+    # A folder for a report file is refused before the script runs, not a traceback after it.
+    assert main(["advise", "--markdown", str(tmp_path), str(SCRIPTS / "fused_llama.py")]) == 2
+    assert main(["ops", "--json", str(tmp_path), str(SCRIPTS / "fused_llama.py")]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert len(err) == 4 and all(line.startswith(("npu-migrate advise: ", "npu-migrate ops: ")) for line in err)
+    assert err[2] == f"npu-migrate advise: error: --markdown {str(tmp_path)!r} is a folder: name a file in it, " \
+        f"such as {str(tmp_path / 'report')!r}."
+    assert not captured.out  # nothing ran
 
 
 @pytest.mark.parametrize(("env", "advised"), [
