@@ -78,17 +78,39 @@ LAUNCHER_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
 # torch's env:// rendezvous (init_process_group with no init_method), the same words since torch 1.x.
 _ENV_RENDEZVOUS = re.compile(r"env:// rendezvous: environment variable (\w+) expected, but not set")
 
+# A read with no default, ``os.environ.get("LOCAL_RANK")`` or ``os.getenv("WORLD_SIZE")``: None when unset,
+# which the line then hands to int() (TypeError: ... not 'NoneType').
+_READ_WITHOUT_DEFAULT = re.compile(r"""(?:\benviron\.get|\bgetenv)\(\s*(['"])(\w+)\1\s*\)""")
+
+
+def _unset_read_on_raising_line(exc: TypeError) -> object:
+    """The variable read with no default on the line that raised ``exc``, where ``exc`` is about a None."""
+    import linecache
+
+    tb = exc.__traceback__
+    if tb is None or "NoneType" not in str(exc):
+        return None
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    line = linecache.getline(tb.tb_frame.f_code.co_filename, tb.tb_lineno)
+    names = [found.group(2) for found in _READ_WITHOUT_DEFAULT.finditer(line)]
+    return names[0] if len(names) == 1 else None
+
 
 def launcher_variable(exc: BaseException) -> str | None:
     """The launcher's variable whose absence raised ``exc``, or None where ``exc`` is about something else.
 
     ``os.environ["RANK"]`` with no ``RANK`` set raises ``KeyError('RANK')``, and
-    ``init_process_group`` (``env://``) raises torch's ``ValueError`` naming the variable; both
-    mean a torchrun-style script run without a launcher.
+    ``init_process_group`` (``env://``) raises torch's ``ValueError`` naming the variable, and
+    ``int(os.environ.get("LOCAL_RANK"))`` (or ``os.getenv``, no default) a ``TypeError`` about a
+    None on a line that reads that one variable; each means a torchrun-style script run without a
+    launcher.
     """
     name: object = None
     if isinstance(exc, KeyError) and len(exc.args) == 1:
         name = exc.args[0]
+    elif isinstance(exc, TypeError):
+        name = _unset_read_on_raising_line(exc)
     elif isinstance(exc, ValueError):
         found = _ENV_RENDEZVOUS.search(str(exc))
         name = found.group(1) if found else None
@@ -237,7 +259,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         try:
             run_script(args.script, args.script_args, module=args.module)
-        except (KeyError, ValueError) as exc:
+        except (KeyError, ValueError, TypeError) as exc:
             name = launcher_variable(exc)
             if name is None:
                 raise

@@ -142,3 +142,44 @@ def test_the_launch_command_keeps_runs_own_command_line(monkeypatch: pytest.Monk
     module = argparse.Namespace(device=None, device_num=None, module=True, script="pkg.train", script_args=[],
                                 command_line=False)
     assert launch_command(module) == "npu-migrate launch --migrate -m pkg.train"
+
+
+def test_a_read_without_default_handed_to_int_names_the_variable_and_the_command(tmp_path: Path) -> None:
+    """``int(os.environ.get("LOCAL_RANK"))`` and ``int(os.getenv("WORLD_SIZE"))`` (no default) end in
+    TypeError about a None: the same one line as ``os.environ["LOCAL_RANK"]``."""
+    reads = (('int(os.environ.get("LOCAL_RANK"))', "LOCAL_RANK"), ("int(os.getenv('WORLD_SIZE'))", "WORLD_SIZE"))
+    for read, name in reads:
+        script = tmp_path / "train.py"
+        script.write_text(f"import os\nimport torch\nlocal_rank = {read}\nprint('after', flush=True)\n")
+        result = run_cli("run", "--device", "cpu", "--device-num", "2", str(script))
+        assert result.returncode == 1, result.stderr
+        assert result.stdout == ""
+        assert result.stderr.strip().splitlines() == [
+            f"npu-migrate: error: {script}:3 needs {name}, which torchrun sets for each rank: a torchrun-style "
+            f"script runs as ranks, and run starts one process. Start it as ranks: "
+            f"npu-migrate launch --migrate --device cpu --device-num 2 {script}"
+        ]
+
+
+def test_a_none_read_is_recognised_only_on_the_line_that_read_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from npu_migrate.migrate.cli import launcher_variable
+
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "DATA_ROOT"):
+        monkeypatch.delenv(name, raising=False)
+
+    def raised(read):  # noqa: ANN001, ANN202 - the TypeError the call raises
+        with pytest.raises(TypeError) as caught:
+            read()
+        return caught.value
+
+    assert launcher_variable(raised(lambda: int(os.environ.get("LOCAL_RANK")))) == "LOCAL_RANK"
+    assert launcher_variable(raised(lambda: int(os.getenv("RANK")))) == "RANK"
+    assert launcher_variable(raised(lambda: int(os.environ.get("DATA_ROOT")))) is None  # not the launcher's
+    assert launcher_variable(raised(lambda: int(os.getenv("RANK")) + int(os.getenv("WORLD_SIZE")))) is None  # which?
+    value = None
+    assert launcher_variable(raised(lambda: int(value))) is None  # no read on the line
+    assert launcher_variable(raised(lambda: len(os.getenv("RANK", 0)))) is None  # a default: not unset-as-None
+    monkeypatch.setenv("RANK", "0")
+    assert launcher_variable(raised(lambda: int(os.getenv("RANK")) + None)) is None  # set: about something else
