@@ -104,7 +104,9 @@ class Matcher:
         if (rule, start.token) in self._emitted:
             return
         self._emitted.add((rule, start.token))
-        key = (rule, site or start.site, start.module)
+        # Named at the call that completes it (the mul of silu(a) * b), the module is the one running
+        # there: silu ran inside nn.SiLU, the line that multiplies is the MLP's.
+        key = (rule, site or start.site, self.module_of() if site else start.module)
         match = self.found.get(key)
         if match is None:
             calls = (*start.calls, call) if call else start.calls

@@ -37,7 +37,10 @@ _FUSIONS: dict[str, tuple[str, str, str]] = {
                "of q and k; the fused kernel reads each once"),
     "swiglu": ("npu_swiglu", "torch_npu.npu_swiglu(torch.cat((x @ w1, x @ w3), -1), dim=-1)",
                "silu(x W1) * (x W3) as one kernel; with W1 and W3 in one Linear, one matmul too"),
-    "geglu": ("npu_geglu", "torch_npu.npu_geglu(torch.cat((x @ w1, x @ w3), -1), dim=-1)[0]",
+    # npu_geglu activates the right half and uses tanh's approximation unless told (activate_left,
+    # approximate: every release's schema, 2.1.0.post17 to 2.14.0): the call below is F.gelu's maths.
+    "geglu": ("npu_geglu", "torch_npu.npu_geglu(torch.cat((x @ w1, x @ w3), -1), dim=-1, approximate=0, "
+                           "activate_left=True)[0] (approximate=1 for F.gelu(..., approximate='tanh'))",
               "gelu(x W1) * (x W3) as one kernel; with W1 and W3 in one Linear, one matmul too"),
     "attention": ("npu_fusion_attention",
                   "torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=..., is_causal=...) "
@@ -45,7 +48,7 @@ _FUSIONS: dict[str, tuple[str, str, str]] = {
                   "matmul, scale, mask, softmax, dropout, matmul materialise the whole (seq x seq) score matrix "
                   "in device memory, forward and backward; the flash kernel never does"),
 }
-_OPTIMIZERS = {"AdamW": "_fused_adamw_", "Adam": "_fused_adam_", "SGD": "_fused_sgd_"}
+_OPTIMIZERS = {"AdamW": "_fused_adamw_", "Adam": "_fused_adam_", "SGD": "_fused_sgd_", "Adagrad": "_fused_adagrad_"}
 _OPTIM_INIT = "torch_npu/optim/__init__.py"
 
 
@@ -82,6 +85,17 @@ class Offer:
             lacks = f"aten::{kernel} not registered; " if kernel else f"torch.optim.{kind} has no fused kernel; "
             return (f"torch_npu.optim.{fused}(...)", f"{lacks}{fused} in torch-npu {self.release}'s {_OPTIM_INIT}")
         return None
+
+    def unregistered_fused(self, kind: str) -> tuple[str, str] | None:
+        """For a ``fused=True`` optimizer of class ``kind`` whose fused kernel the release does not
+        register (it runs on the host, or fails): ``(replace_with, evidence)``; None where it is fine."""
+        kernel = _OPTIMIZERS.get(kind)
+        if kernel is None or self.operators.source == "file" and not self.operators.aten or kernel in self.operators.aten:
+            return None
+        fused = f"NpuFused{kind}"
+        replace_with = (f"torch_npu.optim.{fused}(...)" if fused in self.optim_classes()
+                        else f"torch.optim.{kind}(..., foreach=True)")
+        return replace_with, f"aten::{kernel} not registered by torch-npu {self.release}"
 
     def foreach_norm(self) -> bool:
         """Whether the release registers the foreach norm ``clip_grad_norm_(foreach=True)`` uses."""

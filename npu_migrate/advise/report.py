@@ -101,7 +101,14 @@ def build(seen: Any, recorder: Any, operators: Any, env: Mapping[str, str]) -> d
     for site, opt in seen.optimizers.items():
         kind = opt["kind"]
         if opt["fused"]:
-            good.append(f"optimizer {kind} at {_short(site)} is fused")
+            unregistered = offer.unregistered_fused(kind)
+            if unregistered is None:
+                good.append(f"optimizer {kind} at {_short(site)} is fused")
+            else:
+                add("fused_optimizer", unregistered[0], site, kind, 1.0,
+                    f"{kind}(fused=True) calls a fused kernel this release does not register: on the NPU each "
+                    "step runs it on the host, copying every parameter, gradient and state both ways (or "
+                    "fails where torch has no CPU kernel for it)", unregistered[1])
             continue
         offered = offer.optimizer(kind)
         if offered is None:

@@ -128,6 +128,27 @@ def test_habits_of_the_step(tmp_path: Path, release: str, version: str, optimize
     assert "no host sync in the step" not in data["good"]
 
 
+def test_variants_users_write(tmp_path: Path, release: str) -> None:
+    """One-line and T5 RMSNorms, SwiGLU through nn.SiLU and on chunks, GeGLU; Adam(fused=True), whose
+    fused kernel 2.1.0.post17 lacks: there it is advised, with the release's NpuFusedAdam."""
+    code, data = advise(tmp_path, "variants_train.py", release=release)
+    assert code == 1
+    adam = 72
+    expected = marked("variants_train.py") | ({("fused_optimizer", adam)} if release == "2.1.0.post17" else set())
+    assert given(data) == expected
+    by_line = {(a["rule"], int(a["site"].rpartition(":")[2])): a for a in data["advice"]}
+    # The module is the one whose line multiplies, not nn.SiLU, where silu ran.
+    assert by_line[("swiglu", 39)]["module"] == "LlamaMLP" and by_line[("swiglu", 52)]["module"] == "ChunkedGLU"
+    # npu_geglu activates the right half with tanh's approximation unless told otherwise.
+    assert "approximate=0, activate_left=True" in by_line[("geglu", 54)]["replace_with"]
+    if release == "2.1.0.post17":
+        fused = by_line[("fused_optimizer", adam)]
+        assert fused["replace_with"] == "torch_npu.optim.NpuFusedAdam(...)" and fused["module"] == "Adam"
+        assert fused["evidence"] == "aten::_fused_adam_ not registered by torch-npu 2.1.0.post17"
+    else:
+        assert f"optimizer Adam at tests/advise/scripts/variants_train.py:{adam} is fused" in data["good"]
+
+
 @pytest.mark.usefixtures("_release_2_14")
 def test_ddp_accumulation_without_no_sync_and_sync_batchnorm(tmp_path: Path) -> None:
     """Two micro-batches a step, each all-reducing; SyncBatchNorm asked for (kept BatchNorm on the CPU)."""
