@@ -89,8 +89,9 @@ def _short(site: str) -> str:
 class Matcher:
     """Follows the roles of tensors through one forward's calls and collects the patterns found."""
 
-    def __init__(self, module_of: Callable[[], str]) -> None:
+    def __init__(self, module_of: Callable[[], str], in_mha: Callable[[], bool] = lambda: False) -> None:
         self.module_of = module_of
+        self.in_mha = in_mha  # whether torch's nn.MultiheadAttention is running
         self.roles: Any = WeakIdKeyDictionary()  # tensor -> {role: _Start}
         self.found: dict[tuple[str, str, str], Match] = {}
         self._tokens = itertools.count()
@@ -117,6 +118,12 @@ class Matcher:
         """One call of the forward, in order (``name``: ``aten::pow``)."""
         short = name.rpartition("::")[2]
         called = function.rpartition(".")[2]
+        if short in ("softmax", "_softmax") and self.in_mha():
+            # nn.MultiheadAttention asked for its weights (need_weights=True, the default) takes the
+            # math path (bmm, softmax, bmm); without them, scaled_dot_product_attention (whose CPU
+            # math kernel, _safe_softmax, is not the NPU's).
+            self._emit("mha_need_weights", self._start(site, f"{short} at {_short(site)} in MultiheadAttention"))
+            return
         if called in _FUSED_FUNCTIONS and short not in (called, f"native_{called}", f"_{called}"):
             return  # the math kernel of a fused function the user called
         roles: dict[str, _Start] = {}

@@ -47,6 +47,12 @@ _FUSIONS: dict[str, tuple[str, str, str]] = {
                   "(torch_npu.npu_fusion_attention underneath)",
                   "matmul, scale, mask, softmax, dropout, matmul materialise the whole (seq x seq) score matrix "
                   "in device memory, forward and backward; the flash kernel never does"),
+    "mha_need_weights": ("npu_fusion_attention",
+                         "nn.MultiheadAttention(...)(query, key, value, ..., need_weights=False) "
+                         "(scaled_dot_product_attention, torch_npu.npu_fusion_attention underneath)",
+                         "need_weights=True (the default) returns the attention weights, so torch takes the math "
+                         "path: the whole (seq x seq) score matrix is materialised, forward and backward; "
+                         "without the weights it calls scaled_dot_product_attention"),
 }
 _OPTIMIZERS = {"AdamW": "_fused_adamw_", "Adam": "_fused_adam_", "SGD": "_fused_sgd_", "Adagrad": "_fused_adagrad_"}
 _OPTIM_INIT = "torch_npu/optim/__init__.py"

@@ -72,7 +72,9 @@ class Watch:
     def __init__(self, recorder: Any) -> None:
         self.recorder = recorder
         self.modules: list[str] = []
-        self.matcher = Matcher(lambda: self.modules[-1] if self.modules else "")
+        self.matcher = Matcher(lambda: self.modules[-1] if self.modules else "",
+                               in_mha=lambda: self.mha_depth > 0)
+        self.mha_depth = 0  # torch's nn.MultiheadAttention forwards running
         self.started = False  # a module forward has run
         self.optimizers: dict[str, dict[str, Any]] = {}  # site -> {"kind", "fused", "foreach"}
         self.loaders: dict[str, dict[str, Any]] = {}      # site -> {"num_workers", "pin_memory"}
@@ -134,10 +136,14 @@ class Watch:
                 self._note(self.ddp_forwards, user_site())
             self.started = True
             self.modules.append(type(mod).__name__)
+            if isinstance(mod, torch.nn.MultiheadAttention):
+                self.mha_depth += 1
 
         def post(mod: Any, inputs: Any, output: Any) -> None:
             if self.modules:
                 self.modules.pop()
+            if isinstance(mod, torch.nn.MultiheadAttention) and self.mha_depth:
+                self.mha_depth -= 1
 
         handles = [module.register_module_forward_pre_hook(pre),
                    module.register_module_forward_hook(post, always_call=True)]

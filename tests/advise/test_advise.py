@@ -149,6 +149,14 @@ def test_variants_users_write(tmp_path: Path, release: str) -> None:
         assert f"optimizer Adam at tests/advise/scripts/variants_train.py:{adam} is fused" in data["good"]
 
 
+def test_multihead_attention_asked_for_its_weights(tmp_path: Path, release: str) -> None:
+    code, data = advise(tmp_path, "mha_train.py", release=release)
+    assert code == 1 and given(data) == marked("mha_train.py")
+    (mha,) = [a for a in data["advice"] if a["rule"] == "mha_need_weights"]
+    assert mha["module"] == "MultiheadAttention" and mha["per_step"] == 1.0
+    assert "need_weights=False" in mha["replace_with"] and "npu::npu_fusion_attention" in mha["evidence"]
+
+
 @pytest.mark.usefixtures("_release_2_14")
 def test_ddp_accumulation_without_no_sync_and_sync_batchnorm(tmp_path: Path) -> None:
     """Two micro-batches a step, each all-reducing; SyncBatchNorm asked for (kept BatchNorm on the CPU)."""
