@@ -138,6 +138,7 @@ class LaunchConfig:
             "TORCHELASTIC_RESTART_COUNT": str(restart_count),
             "TORCHELASTIC_MAX_RESTARTS": str(self.max_restarts),
             "TORCHELASTIC_RUN_ID": self.job_id,
+            "TORCHELASTIC_SIGNALS_TO_HANDLE": self.torchrun.signals_env(),  # torchrun's agent sets it (torch 2.8+)
             "NPU_MIGRATE_DEVICE": self.device,
         }
         async_name = torchrun_settings.async_error_handling_env()  # NCCL_ASYNC_ERROR_HANDLING before torch 2.2

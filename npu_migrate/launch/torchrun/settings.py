@@ -67,6 +67,11 @@ class Settings:
             return {}
         return {"LOCAL_RANK": "0", self.visible_env: self.visible[local_rank] if self.visible else str(local_rank)}
 
+    def signals_env(self) -> str:
+        """``TORCHELASTIC_SIGNALS_TO_HANDLE`` as torchrun's agent exports it to the ranks: the signals'
+        names, comma-separated (``SIGTERM,SIGINT,SIGHUP,SIGQUIT`` by default)."""
+        return ",".join(signal.Signals(number).name for number in self.stop_signals)
+
     def device_index(self, local_rank: int) -> int:
         """The device index a local rank binds: its local rank, or 0 with ``--virtual-local-rank``."""
         return 0 if self.virtual_local_rank else local_rank

@@ -251,6 +251,21 @@ def test_the_workers_get_torchruns_variables() -> None:
     assert "CUDA_VISIBLE_DEVICES" not in env
 
 
+def test_the_workers_get_what_torchruns_agent_exports_from_its_own_environment() -> None:
+    """torch's launch_agent sets variables in its own environment, which every worker inherits
+    (TORCHELASTIC_SIGNALS_TO_HANDLE since torch 2.8), read from torch's source."""
+    import inspect
+
+    from torch.distributed.launcher import api
+
+    exported = set(re.findall(r'os\.environ\["([A-Z][A-Z0-9_]+)"\] =', inspect.getsource(api.launch_agent)))
+    env = LaunchConfig(nproc=2).worker_env(0)
+    assert exported <= set(env)
+    assert env["TORCHELASTIC_SIGNALS_TO_HANDLE"] == "SIGTERM,SIGINT,SIGHUP,SIGQUIT"  # torchrun's default
+    named = LaunchConfig(nproc=2, torchrun=Settings(stop_signals=(signal.SIGTERM, signal.SIGUSR1))).worker_env(1)
+    assert named["TORCHELASTIC_SIGNALS_TO_HANDLE"] == "SIGTERM,SIGUSR1"  # names torch's agent can read back
+
+
 def test_virtual_local_rank_is_local_rank_0_and_one_visible_device() -> None:
     cfg = LaunchConfig(nproc=2, torchrun=Settings(virtual_local_rank=True))
     assert [(e["LOCAL_RANK"], e["CUDA_VISIBLE_DEVICES"]) for e in map(cfg.worker_env, (0, 1))] == [("0", "0"), ("0", "1")]

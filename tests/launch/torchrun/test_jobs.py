@@ -49,6 +49,7 @@ def test_standalone_with_role_prefix_events_and_torchruns_variables(tmp_path: Pa
         assert (env["MASTER_ADDR"], env[async_name], env["TORCHELASTIC_USE_AGENT_STORE"]) == ("127.0.0.1", "1", "True")
         assert re.fullmatch(r"[0-9a-f-]{36}", env["TORCHELASTIC_RUN_ID"])  # --standalone: a new id, as torchrun
         assert env["TORCHELASTIC_ERROR_FILE"].endswith(f"torchelastic-error-rank{rank}.json")
+        assert env["TORCHELASTIC_SIGNALS_TO_HANDLE"] == "SIGTERM,SIGINT,SIGHUP,SIGQUIT"  # torchrun's agent's default
         assert r["sum"] == 3.0 and r["argv"] == [str(SCRIPT), "--say", "hi"]  # --run-path wins over --no-python
     assert f"trainer0@{HOST}: hi from rank 0" in job.outtext and f"trainer1@{HOST}: hi from rank 1" in job.outtext
     assert "settings from flags" in job.err and "CPU binding node (disjoint shares" in job.err
@@ -119,6 +120,7 @@ def test_signals_to_handle_forwards_the_named_signal_and_exits_128_plus_it(tmp_p
     job.proc.send_signal(signal.SIGUSR2)
     assert job.wait() == 128 + signal.SIGUSR2
     assert [(tmp_path / f"got{r}").read_text() for r in (0, 1)] == ["SIGUSR2", "SIGUSR2"]  # each rank's own handler
+    assert {_report(tmp_path, r)["env"]["TORCHELASTIC_SIGNALS_TO_HANDLE"] for r in (0, 1)} == {"SIGTERM,SIGUSR2"}
     assert "received SIGUSR2: stopping 2 running rank(s) on node 0." in job.err
 
 
