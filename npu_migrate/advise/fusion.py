@@ -118,10 +118,11 @@ class Matcher:
         """One call of the forward, in order (``name``: ``aten::pow``)."""
         short = name.rpartition("::")[2]
         called = function.rpartition(".")[2]
-        if short in ("softmax", "_softmax") and self.in_mha():
+        if short in ("softmax", "_softmax") and self.in_mha() and inputs and inputs[0].dim() == 3:
             # nn.MultiheadAttention asked for its weights (need_weights=True, the default) takes the
-            # math path (bmm, softmax, bmm); without them, scaled_dot_product_attention (whose CPU
-            # math kernel, _safe_softmax, is not the NPU's).
+            # math path: bmm, softmax over (batch x heads, L, S), bmm. Without them it calls
+            # scaled_dot_product_attention, whose CPU math kernel softmaxes (batch, heads, L, S)
+            # (_safe_softmax on torch 2.5+): not the NPU's.
             self._emit("mha_need_weights", self._start(site, f"{short} at {_short(site)} in MultiheadAttention"))
             return
         if called in _FUSED_FUNCTIONS and short not in (called, f"native_{called}", f"_{called}"):

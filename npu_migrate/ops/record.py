@@ -67,6 +67,7 @@ _MASK_DTYPES = (torch.bool, torch.uint8)
 # A call frame: (function, site, seeded, beneath a registered composite, composites followed, phase).
 _QUIET = ("", None, False, False, (), None)
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+_SDPA_PIECES = ("aten::_scaled_dot_product_", "aten::_fused_sdp_choice")  # SDPA's CPU backends
 _DEVICE_PROPERTY = torch.Tensor.device  # its __get__ reaches the function mode
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _BACKWARD_CALLS = ("torch.Tensor.backward", "torch.autograd.backward", "torch.autograd.grad")
@@ -234,6 +235,8 @@ class Recorder:
             return out
         via = top[4]
         name, overload = func._schema.name, func._overloadname
+        if name.startswith(_SDPA_PIECES) and not via and self._sdpa_registered():
+            return self._sdpa_piece(func, name, args, kwargs, inputs, top)
         label = name if overload in ("default", "") else f"{name}.{overload}"
         if via:  # called by a composite kernel: its scalars come as numbers (see npu_migrate.ops.follow)
             args, kwargs = follow.wrap_numbers(func, args, kwargs)
@@ -268,6 +271,26 @@ class Recorder:
             self.observer.op(name, overload, phase, site, top[0], via, inputs, outputs)
         if self._syncs(func, name, inputs):
             self.add_sync(name, site)
+        return out
+
+    def _sdpa_registered(self) -> bool:
+        found = getattr(self, "_sdpa", None)
+        if found is None:
+            found = self._sdpa = self.judge.operators.registers("aten::scaled_dot_product_attention", "default")
+        return found
+
+    def _sdpa_piece(self, func: Any, name: str, args: tuple, kwargs: dict, inputs: list[torch.Tensor],
+                    top: tuple) -> Any:
+        """A kernel of torch's scaled_dot_product_attention on this CPU (its flash, efficient or math
+        backend, their backward), reached where the function mode did not see SDPA itself (called
+        inside F.multi_head_attention_forward, whose handler runs without the mode). The release
+        registers SDPA, so the NPU runs its own kernel there: recorded as SDPA, forward only."""
+        out = func(*args, **kwargs)
+        outputs = _tensors(out if isinstance(out, (list, tuple)) else (out,))
+        self.mark(outputs)
+        if not name.endswith("_backward"):
+            site = top[1] or self.site()
+            self.add("aten::scaled_dot_product_attention", "default", Verdict.NPU, inputs, site, top[0], top[5])
         return out
 
     def _follow(self, mode: Any, func: Any, key: Any, args: tuple, kwargs: dict, frame: tuple) -> Any:
