@@ -63,12 +63,31 @@ def _count_steps(recorder: Any, undo: list[Callable[[], None]]) -> None:
 
     def after(optimizer: Any, args: Any, kwargs: Any) -> None:
         recorder.npu_nodes.clear()  # the step's backward is over
+        if getattr(optimizer, "_npu_migrate_unfused", False):
+            _record_fused_kernel(recorder, optimizer)
         recorder.steps_done += 1
         if recorder.steps is not None and recorder.steps_done >= recorder.steps:
             raise AuditDone(f"ended after --steps {recorder.steps}")
 
     recorder.step_watch = optim_steps.watch(after=after)
     undo.append(recorder.step_watch.undo)
+
+
+def _record_fused_kernel(recorder: Any, optimizer: Any) -> None:
+    """Record the fused kernel a ``fused=True`` optimizer calls on the NPU, where this CPU ran it
+    unfused (torch < 2.4 has no CPU kernel: :mod:`npu_migrate.migrate.patches.optim`).
+
+    Its verdict is the release's: ``AdamW(fused=True)`` on 2.1.0.post17 is ``npu``
+    (``_fused_adamw_``), ``Adam(fused=True)`` is ``no_kernel`` there on torch 2.1 (neither the
+    release nor torch's CPU has ``_fused_adam_``): the step fails on the NPU.
+    """
+    name = f"_fused_{type(optimizer).__name__.lower()}_"
+    if not hasattr(torch.ops.aten, name):
+        return
+    tensors = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+    verdict = recorder.judge.verdict(f"aten::{name}", "default")
+    recorder.add(f"aten::{name}", "default", verdict, tensors[:1] or [torch.empty(0)], recorder.site(),
+                 f"torch.optim.{type(optimizer).__name__}.step", "optimizer step")
 
 
 def install(recorder: Any) -> list[Callable[[], None]]:

@@ -193,6 +193,9 @@ class Judge:
         if verdict is Verdict.ERROR:
             return "sparse tensors have no CPU fallback on the NPU: densify (to_dense()) before this call"
         if verdict is Verdict.NO_KERNEL:
+            if namespace == "aten" and name.startswith("_fused_") and name.endswith("_"):
+                return ("the release has no kernel for this fused optimizer and torch none on the host: the "
+                        "step fails on the NPU; use fused=False (foreach) or torch_npu.optim's NpuFused class")
             if namespace not in ("aten", "npu"):
                 return (f"an operator of {namespace}:: with neither an NPU nor a CPU kernel (a CUDA extension's): "
                         "the step fails on the NPU; replace it with torch ops or torch_npu's own operator")

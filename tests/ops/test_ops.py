@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from npu_migrate.cli import main
 from npu_migrate.ops.cli import REFIRE_S, time_limit
@@ -67,6 +68,33 @@ def test_sdpa_is_native_and_its_cpu_decomposition_is_not_reported(tmp_path: Path
     # torch's CPU pieces (flash-for-cpu on 2.14, the math path on 2.1) and their backward are not the NPU's.
     assert not [o for o in data["ops"] if "scaled_dot_product" in o["op"] and o["op"] != sdpa["op"]]
     assert not [o for o in data["ops"] if o["site"].endswith("sdpa_train.py:17") and o["op"] != sdpa["op"]]
+
+
+def test_sdpa_inside_multihead_attention_is_the_releases(tmp_path: Path, release: str) -> None:
+    """torch 2.1's CPU flash kernel (_scaled_dot_product_flash_attention) was reported as a host fallback."""
+    code, data = audit(tmp_path, "mha_sdpa_train.py", release=release)
+    assert not [o for o in data["ops"] if o["op"].startswith("aten::_scaled_dot_product")]
+    sites = {o["site"].rpartition(":")[2]: o for o in ops_named(data, "aten::scaled_dot_product_attention")}
+    assert sites["13"]["verdict"] == "npu" and sites["13"]["per_step"] == 1.0
+    assert code == (1 if data["summary"]["cpu_fallback"] else 0)
+
+
+def test_fused_optimizers_are_judged_by_their_fused_kernel(tmp_path: Path, release: str) -> None:
+    """Where torch has no CPU fused kernel (< 2.4), the CPU runs the optimizer unfused; the NPU calls the
+    fused kernel all the same, and the release lacking it with no host kernel is no_kernel."""
+    code, data = audit(tmp_path, "fused_adam_train.py", "--steps", "4", release=release)
+    (adamw,) = ops_named(data, "aten::_fused_adamw_")
+    assert adamw["verdict"] == "npu" and adamw["phase"] == "optimizer step"
+    assert adamw["site"].endswith("fused_adam_train.py:13")
+    (adam,) = ops_named(data, "aten::_fused_adam_")
+    assert adam["site"].endswith("fused_adam_train.py:14") and adam["phase"] == "optimizer step"
+    if release != "2.1.0.post17":
+        assert adam["verdict"] == "npu"
+    elif torch.ops.aten._fused_adam_.default.has_kernel_for_dispatch_key(torch._C.DispatchKey.CPU):
+        assert adam["verdict"] == "cpu_fallback"
+    else:  # torch < 2.4: nothing on the NPU host runs it
+        assert adam["verdict"] == "no_kernel" and code == 1 and data["verdict"] == "no_kernel"
+        assert "fused=False (foreach) or torch_npu.optim's NpuFused class" in adam["hint"]
 
 
 def test_float64_training_is_flagged(tmp_path: Path, release: str, capsys: pytest.CaptureFixture) -> None:

@@ -55,6 +55,7 @@ def _unfused_on_refusal(cls: type) -> Any:
                 raise
             kwargs["fused"] = False
             init(self, params, *args, **kwargs)
+            self._npu_migrate_unfused = True  # the audit records the fused kernel the NPU calls
             record(f"torch.optim.{cls.__name__}(fused=True)", "noop",
                    f"torch {torch.__version__} has no fused kernel on cpu: runs unfused")
 
