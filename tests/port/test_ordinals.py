@@ -45,6 +45,12 @@ REWRITTEN = [
      'torch.ones(1, device=nm.get_device(int(os.environ["LOCAL_RANK"])))'),
     ("torch.ones(1, device=rank % 8)", "torch.ones(1, device=nm.get_device(rank % 8))"),
     ("torch.ones(1, device=LOCAL_RANK)", "torch.ones(1, device=nm.get_device(LOCAL_RANK))"),
+    # the names public scripts give it: PyTorch's DDP tutorial (device_id = rank % torch.cuda.device_count()),
+    # nanoGPT's ddp_local_rank, dev_id, device_idx
+    ("model = ToyModel().to(device_id)", "model = ToyModel().to(nm.get_device(device_id))"),
+    ("x.to(ddp_local_rank)", "x.to(nm.get_device(ddp_local_rank))"),
+    ("torch.ones(1, device=dev_id)", "torch.ones(1, device=nm.get_device(dev_id))"),
+    ("torch.device(args.device_idx)", "nm.get_device(args.device_idx)"),
 ]
 
 
@@ -62,6 +68,8 @@ KEPT = [
     "torch.randint(0, rank, (3,))",                  # a bound
     "torch.zeros(3, device=device)",                 # a variable: an int or a device, who knows
     "torch.zeros(3, device=ranks[0])",
+    "torch.zeros(3, device=device_type)",            # a name, not an index
+    "torch.zeros(3, device=rank_device)",
     "torch.Generator().manual_seed(rank)",
     "my_zeros(3, device=local_rank)",                # the user's own function
     "x.my_method(device=local_rank)",

@@ -8,7 +8,8 @@ An integer where torch takes a device is a CUDA ordinal: ``torch.device(0)`` is 
 ``torch.ones(1, device=local_rank)`` asks for the NVIDIA driver. Each becomes ``nm.get_device(i)``:
 device ``i`` of the family this run uses, the CPU on the CPU. An expression is taken as an ordinal
 when its form says so (:func:`is_ordinal`): an int literal, a name whose last part names an index
-(``rank``, ``local_rank``, ``gpu``, ``gpu_id``, ``args.gpu``, ``self.local_rank``), ``int(...)``,
+(``rank``, ``local_rank``, ``ddp_local_rank``, ``gpu``, ``gpu_id``, ``device_id``, ``args.gpu``,
+``self.local_rank``), ``int(...)``,
 or one of those ``% n``. The places are ``.to(i)`` / ``.to(device=i)``, ``torch.device(i)``, the
 ``device`` of every torch call that takes one (:mod:`npu_migrate.port.torch_devices`, generated
 from torch's metadata: factories, ``torch.Generator``, ``nn`` modules, ``x.new_zeros``,
@@ -30,15 +31,17 @@ from npu_migrate.port.torch_devices import (
     DEVICE_FIRST_FUNCTIONS, DEVICE_FIRST_METHODS, DEVICE_FUNCTIONS, DEVICE_METHODS,
 )
 
-# Names that hold an integer device index in real code: rank, local_rank, gpu, gpu_id, args.gpu...
-_INDEX_NAME_RE = re.compile(r"^(local_|global_)?(rank|gpu)(_?(id|idx|index|num))?$|^gpu\d*$", re.I)
+# Names that hold an integer device index in real code: rank, local_rank, gpu, gpu_id, args.gpu, nanoGPT's
+# ddp_local_rank, the DDP tutorial's device_id (rank % torch.cuda.device_count())...
+_INDEX_NAME_RE = re.compile(r"^(\w+_)?(local_|global_)?(rank|gpu)(_?(id|idx|index|num))?$|^gpu\d*$"
+                            r"|^(device|dev|cuda)_?(id|idx|index|num|ordinal)$", re.I)
 _LAST_NAMES = frozenset(n.rpartition(".")[2] for n in DEVICE_FUNCTIONS)
 _FIRST_LAST_NAMES = frozenset(n.rpartition(".")[2] for n in DEVICE_FIRST_FUNCTIONS)
 _INT_MAP_LOCATION = ("torch.load calls a map_location that is not a device, str or dict, so an int fails "
                      "there (TypeError); written as the device it names")
 
 # Text the prefilter looks for: an ordinal right after a place that takes a device.
-_ORDINAL_TEXT = r"\(?\s*(?:\d|int\s*\(|[\w.]*(?i:rank|gpu))"
+_ORDINAL_TEXT = r"\(?\s*(?:\d|int\s*\(|[\w.]*(?i:rank|gpu|id|idx|index|num|ordinal))"
 TRIGGERS: tuple[str, ...] = (
     rf"\.to\({_ORDINAL_TEXT}",
     rf"\bdevice\s*=\s*{_ORDINAL_TEXT}",
