@@ -158,6 +158,13 @@ def build(seen: Any, recorder: Any, operators: Any, env: Mapping[str, str]) -> d
                 "memory lets the copy overlap the step", "pin_memory=False")
         if loader["num_workers"] and loader["pin_memory"]:
             good.append(f"DataLoader at {_short(site)}: {loader['num_workers']} workers, pinned memory")
+    if any(loader["pin_memory"] and not loader["device_batches"] for loader in seen.loaders.values()):
+        # Pinned batches copied without non_blocking=True: the copy still blocks the host.
+        for site, s in seen.blocking_copies.items():
+            if _every_step(s, steps):
+                add("non_blocking", ".to(device, non_blocking=True)", site, "", _per_step(s),
+                    "a copy from pinned memory overlaps the step only when asked with non_blocking=True; "
+                    "without it the host waits for each copy", f"Tensor.to(device) {s.count}x without non_blocking")
 
     # the step
     syncs = [(key, s) for key, s in seen.syncs.items() if _every_step(s, steps)]

@@ -82,6 +82,7 @@ class Watch:
         self.syncs: dict[tuple[str, str], Seen] = {}
         self.empty_cache: dict[str, Seen] = {}
         self.anomaly: str | None = None  # where anomaly detection was turned on ("" if not seen where)
+        self.blocking_copies: dict[str, Seen] = {}       # site -> host-to-device copies without non_blocking
         self.anomaly_syncs: dict[str, Seen] = {}          # backward site -> its NaN checks' host syncs
         self.sync_batchnorm: dict[str, int] = {}          # site -> SyncBatchNorm layers made there
         self.ddp_forwards: dict[str, Seen] = {}          # forward site -> DDP forwards that sync gradients
@@ -93,6 +94,11 @@ class Watch:
            inputs: list[Any], outputs: list[Any]) -> None:
         if phase == "forward" and not via:
             self.matcher.op(name, overload, site, function, inputs, outputs)
+
+    def host_copy(self, site: str, blocking: bool) -> None:
+        """A host tensor sent to the device with ``.to(device)`` (``blocking``: without non_blocking=True)."""
+        if self.started and blocking:
+            self._note(self.blocking_copies, site, "Tensor.to(device)")
 
     def sync(self, what: str, site: str) -> None:
         if not self.started:

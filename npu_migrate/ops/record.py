@@ -347,6 +347,10 @@ class Recorder:
         name = _function_name(func)
         site = self.site()
         short = getattr(func, "__name__", "")
+        if seeded and short == "to" and self.observer is not None and args and isinstance(args[0], torch.Tensor) \
+                and not self.is_device(args[0]):
+            blocking = not (kwargs.get("non_blocking") or any(a is True for a in args[2:3]))
+            getattr(self.observer, "host_copy", lambda *_: None)(site, blocking)
         if self.fake and device_args and short in meta.HOST_READS:
             self.add_sync(f"Tensor.{short}", site)
             return meta.stand_in(short, device_args[0])

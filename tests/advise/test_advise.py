@@ -158,6 +158,16 @@ def test_multihead_attention_asked_for_its_weights(tmp_path: Path, release: str)
 
 
 @pytest.mark.usefixtures("_release_2_14")
+def test_pinned_batches_copied_without_non_blocking(tmp_path: Path) -> None:
+    """Pinned memory overlaps the copy only with non_blocking=True: x's copy is advised, y's is not."""
+    code, data = advise(tmp_path, "pinned_blocking_train.py", release="2.14.0")
+    assert code == 1 and given(data) == marked("pinned_blocking_train.py")
+    (copy,) = data["advice"]
+    assert copy["replace_with"] == ".to(device, non_blocking=True)" and copy["per_step"] == 1.0
+    assert "DataLoader at tests/advise/scripts/pinned_blocking_train.py:12: 2 workers, pinned memory" in data["good"]
+
+
+@pytest.mark.usefixtures("_release_2_14")
 def test_ddp_accumulation_without_no_sync_and_sync_batchnorm(tmp_path: Path) -> None:
     """Two micro-batches a step, each all-reducing; SyncBatchNorm asked for (kept BatchNorm on the CPU)."""
     code, data = advise(tmp_path, "ddp_train.py", release="2.14.0")
