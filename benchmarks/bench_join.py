@@ -11,8 +11,8 @@ control plane, so its CPU, read syscalls and connections are readable in ``/proc
 are threads of this process (one torch import for all of them).
 
 * **npu_migrate**: each node is a :class:`npu_migrate.launch.nodes.membership.Membership`
-  (``connect()``, ``join()``: the job token, flags, node-rank claim, torch's dynamic rendezvous,
-  the member exchange), whose board beats as it does in a launcher.
+  (``connect()``, ``join()``: the job token, flags, node-rank claim, and the join by arrivals
+  of a job without restarts, ``--max-restarts 0``), whose board beats as it does in a launcher.
 * **torchrun**: each node is torch's ``DynamicRendezvousHandler`` over the c10d backend with
   torchrun's defaults (one store client per agent; ``next_rendezvous()``; torchrun's monitor
   loop calls ``num_nodes_waiting()`` every 0.1 s).

@@ -16,11 +16,15 @@ read why the job ended, stops the heartbeat and gives the node rank back. Node 0
 if node 0 is lost, the other nodes end the job even with ``--max-restarts`` (a new node 0 would
 serve an empty store that the survivors do not know).
 
-**Engine.** Membership is torch's :class:`DynamicRendezvousHandler` over the c10d backend
-(``C10dRendezvousBackend``) on node 0's launcher store, with ``min_nodes = max_nodes = --nnodes``
-and ``run_id`` = the job token; its keep-alive drops a participant that stops beating after
-``--node-timeout``, so a replacement can join the next round. The handler numbers nodes its own
-way; the job's ranks stay ``node_rank x nproc + local_rank``: after each round every node
+**Engine.** A job that is never started again (``--max-restarts 0``, the default) of a fixed
+node count joins by arrivals, as torchrun's static rendezvous does (:meth:`Membership.counted`):
+every node sets its record under its claimed node rank, node 0 waits for all of them
+(``--join-timeout``) and lists them; O(N) requests and bytes at node 0. A job with restarts or
+``--nnodes MIN:MAX`` joins by rounds: torch's :class:`DynamicRendezvousHandler` over the c10d
+backend (``C10dRendezvousBackend``) on node 0's launcher store, with ``min_nodes = max_nodes =
+--nnodes`` and ``run_id`` = the job token; its keep-alive drops a participant that stops beating
+after ``--node-timeout``, so a replacement can join the next round. The handler numbers nodes
+its own way; the job's ranks stay ``node_rank x nproc + local_rank``: after each round every node
 publishes its ``--node-rank`` (torch's ``synchronize``, :mod:`.store`), and the round is
 accepted when the ranks are exactly ``0..nnodes-1``.
 
@@ -39,10 +43,12 @@ accepted when the ranks are exactly ``0..nnodes-1``.
                            is marked lost or does not answer a ping for ``--node-timeout``
                            (:mod:`.liveness`); while it answers, after it ended, or if node 0
                            ends meanwhile, the newcomer is a duplicate and is refused.
-``round/<id>/member/<i>``  ``{"node_rank", "host", "owner", "gen", "addr"}`` of handler rank i
-                           in round ``<id>`` (an id the round's first node writes under
-                           ``round`` in the round's own store, so every node of the round uses
-                           the same keys), and torch's ``synchronize`` keys beside them.
+``join/<gen>/<K>``          ``{"node_rank", "host", "owner", "gen", "addr"}`` of node rank K
+                           (joined by arrivals); ``join/<gen>/members``: node 0's list of them.
+``round/<id>/member/<i>``  the same record of handler rank i in round ``<id>`` (joined by rounds;
+                           an id the round's first node writes under ``round`` in the round's
+                           own store, so every node of the round uses the same keys), and
+                           torch's ``synchronize`` keys beside them.
 ========================== ===============================================================
 
 **Node ranks from the rendezvous** (c10d without ``--node-rank``; node rank -1 until then) are
@@ -339,6 +345,16 @@ class Membership:
         js, cfg, board = self.js, self.cfg, self.board
         board.clear_round()
         deadline = time.monotonic() + cfg.join_timeout
+        members = self._arrive(deadline) if self.counted else self._round(deadline)
+        board.set_round(max(m.generation for m in members.values()), members)
+        js.call(lambda: js.store.set(js.key("running"), str(board.generation)), "running")
+        if cfg.max_restarts == 0:
+            self._stop_keep_alive()  # no next round: the board alone watches the nodes
+        return Round(board.generation, members)
+
+    def _round(self, deadline: float) -> dict[int, Member]:
+        """Join by torch's rendezvous rounds (``--nnodes MIN:MAX``, restarts): the members."""
+        js, cfg, board = self.js, self.cfg, self.board
         while True:  # a round where a node never reported is followed by the next one
             try:
                 store, hrank, hworld = js.call(self._next_round, "rendezvous")
@@ -361,15 +377,85 @@ class Membership:
                     ) from exc
                 raise LaunchError(f"the rendezvous failed: {name}: {first_line(exc)}") from exc
             if members is not None:
-                break
+                return members
             if time.monotonic() > deadline:
                 raise LaunchError(f"not every node joined within {cfg.join_timeout:g} s (--join-timeout).")
             logger.info("a node of the round did not report; joining the next round")
-        board.set_round(max(m.generation for m in members.values()), members)
-        js.call(lambda: js.store.set(js.key("running"), str(board.generation)), "running")
-        if cfg.max_restarts == 0:
-            self._stop_keep_alive()  # no next round: the board alone watches the nodes
-        return Round(board.generation, members)
+
+    @property
+    def counted(self) -> bool:
+        """Whether this job joins by counted arrivals (:meth:`_arrive`) rather than torch's rounds.
+
+        torch's round lets a node come or go between rounds: it serves ``--nnodes MIN:MAX`` and
+        restarts. A job of a fixed node count that is never started again (``--max-restarts 0``,
+        the default) needs neither, and the round costs node 0 about N x N: every node
+        compare-and-sets the whole state, about 100 bytes a node, and retries when another node
+        came first (``benchmarks/bench_join.py --simulate N``; docs/launch.md, "Many nodes").
+        Such a job joins as torchrun's static rendezvous does, by arrivals at node 0's store.
+        """
+        return self.cfg.max_restarts == 0 and self.cfg.rdzv.min_nodes is None
+
+    def _member_record(self) -> dict[str, Any]:
+        js, cfg = self.js, self.cfg
+        return {"node_rank": cfg.node_rank, "host": js.host, "owner": js.owner, "gen": self.board.generation,
+                "addr": js.local_ip}
+
+    def _members(self, records: list[dict[str, Any]]) -> dict[int, Member]:
+        """The round's members from their records; two records of one node rank end the job."""
+        cfg = self.cfg
+        members: dict[int, Member] = {}
+        for rec in records:
+            if rec["node_rank"] in members:
+                message = (f"node rank {rec['node_rank']} is in the job twice (hosts "
+                           f"{members[rec['node_rank']].host} and {rec['host']}): give every node a different "
+                           f"--node-rank in [0, {cfg.nnodes}).")
+                self.board.abort(message)
+                raise LaunchError(message)
+            members[rec["node_rank"]] = Member(rec["node_rank"], rec["host"], rec["owner"], int(rec["gen"]),
+                                               rec.get("addr"))
+        return members
+
+    def _arrive(self, deadline: float) -> dict[int, Member]:
+        """Join by arrivals (:attr:`counted`): O(N) requests and bytes at node 0.
+
+        Every node sets ``join/<gen>/<node rank>`` to its record (its node rank is claimed, so the
+        key is its own). Node 0 waits for all of them until ``--join-timeout``, then writes the
+        list to ``join/<gen>/members``, which every other node waits for and reads: one request a
+        node, one wait a node, and node 0 reads N records once. Where a node does not come, node 0
+        ends the job on every node, naming the node ranks still missing.
+        """
+        js, cfg = self.js, self.cfg
+        prefix = f"join/{self.board.generation}/"
+        record = json.dumps(self._member_record())
+        js.call(lambda: js.store.set(js.key(f"{prefix}{cfg.node_rank}"), record), "join")
+        listed = js.key(f"{prefix}members")
+        if cfg.node_rank != 0:  # node 0 decides, and ends the job where a node did not come
+            js.await_keys([listed], "join")
+            members = self._members(json.loads(js.call(lambda: js.store.get(listed), "members")))
+            listed_here = members.get(cfg.node_rank)
+            if listed_here is None or listed_here.owner != js.owner:
+                # This launcher took the node rank over from one it found silent, after node 0
+                # had listed that one: the job runs with it, and this launcher is the duplicate.
+                holder = listed_here.host if listed_here else "?"
+                raise LaunchError(
+                    f"node rank {cfg.node_rank} is already taken by the launcher on host {holder} (in the job), "
+                    f"and host {js.host} (pid {os.getpid()}) was started with it too: give every node a different "
+                    f"--node-rank in [0, {cfg.nnodes}).")
+            return members
+        keys = [js.key(f"{prefix}{k}") for k in range(cfg.nnodes)]
+        if not js.await_keys(keys, "join", max(0.0, deadline - time.monotonic())):
+            missing = [k for k in range(cfg.nnodes) if js.peek(f"{prefix}{k}") is None]
+            shown = ", ".join(str(k) for k in missing[:20]) + (f" and {len(missing) - 20} more" if len(missing) > 20
+                                                                else "")
+            message = (f"not every node joined within {cfg.join_timeout:g} s (--join-timeout): node rank"
+                       f"{'s' if len(missing) > 1 else ''} {shown} did not come. Start the launcher on every "
+                       f"node with --nnodes {cfg.nnodes} --addr {cfg.addr} --port {cfg.port}.")
+            self.board.abort(message)
+            raise LaunchError(message)
+        found = js.call(lambda: js.store.multi_get(keys), "members")
+        records = [json.loads(value) for value in found]
+        js.call(lambda: js.store.set(listed, json.dumps(records)), "members")
+        return self._members(records)
 
     def _exchange(self, store: Any, hrank: int, hworld: int) -> dict[int, Member] | None:
         """Publish our node rank under our handler rank; read everyone's. None if one never comes.
@@ -381,8 +467,7 @@ class Membership:
         js, cfg = self.js, self.cfg
         mine = uuid.uuid4().hex
         round_id = store.compare_set("round", "", mine).decode() or mine
-        record = {"node_rank": cfg.node_rank, "host": js.host, "owner": js.owner, "gen": self.board.generation,
-                  "addr": js.local_ip}
+        record = self._member_record()
         client = js.client(cfg.node_timeout)
         prefix = js.key(f"round/{printable(round_id, 64)}/member/")
         try:
@@ -391,18 +476,7 @@ class Membership:
             logger.debug("member exchange: %s", exc)
             js.peek("gen")  # raises if the store is gone; else a node of the round did not report
             return None
-        members: dict[int, Member] = {}
-        for value in found:
-            rec = json.loads(value)
-            if rec["node_rank"] in members:
-                message = (f"node rank {rec['node_rank']} is in the job twice (hosts "
-                           f"{members[rec['node_rank']].host} and {rec['host']}): give every node a different "
-                           f"--node-rank in [0, {cfg.nnodes}).")
-                self.board.abort(message)
-                raise LaunchError(message)
-            members[rec["node_rank"]] = Member(rec["node_rank"], rec["host"], rec["owner"], int(rec["gen"]),
-                                               rec.get("addr"))
-        return members
+        return self._members([json.loads(value) for value in found])
 
     # -- the end
 

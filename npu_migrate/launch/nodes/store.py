@@ -258,9 +258,17 @@ class JobStore:
             # Bounded here too: torch's client waits for good on a listener that never answers.
             if self.store is None:
                 self.store = self.call(lambda: self.make(master, first), "connect", within=first)
-            self.watch = self.call(lambda: self.make(False, cfg.join_timeout), "connect", within=cfg.join_timeout)
+            # Node 0 answered just now: a second connection that does not come means it went away.
+            second = min(cfg.join_timeout, timing.STORE_ANSWER_S)
+            self.watch = self.call(lambda: self.make(False, second), "connect", within=second)
         except (RuntimeError, ValueError, TimeoutError, OSError) as exc:
             logger.debug("store: %s", exc)
+            if self.store is not None and not master:
+                raise LaunchError(
+                    f"node 0's launcher at {self.where} stopped answering while this node was connecting "
+                    f"({first_line(exc, 120)}): the job ended there (it finished before this node came, or "
+                    "failed), or node 0 failed."
+                ) from exc
             if master:
                 raise LaunchError(
                     f"cannot serve the launcher store on {self.where} ({first_line(exc, 120)}): is another "

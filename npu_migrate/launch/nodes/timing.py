@@ -107,7 +107,9 @@ CALL_SLACK_S = 5.0
 STORE_ANSWER_S = 15.0
 """How long a node waits for node 0's store to answer once something listens at its address (at
 most ``--join-timeout``): a store of the same torch answers in milliseconds, one of another torch
-release never (its protocol differs), and the node says so instead of waiting out the join."""
+release never (its protocol differs), and the node says so instead of waiting out the join. Also
+the longest wait for a node's second connection, made right after node 0 answered its first: a
+node 0 that went away meanwhile (its job ended) is named then, not after ``--join-timeout``."""
 
 TORCH_KEEP_ALIVE_S = 5
 """torch < 2.4 fixes its rendezvous handler's keep-alive at 5 s (and the most we use on newer torch)."""

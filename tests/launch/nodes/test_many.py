@@ -43,16 +43,19 @@ def _join(max_restarts: int) -> list[Membership]:
     return members
 
 
-def _keep_alive_stopped(member: Membership) -> bool:
+def _keep_alive_runs(member: Membership) -> bool:
+    if member._handler is None:  # joined by arrivals: torch's rendezvous handler never made
+        return False
     timer = member._handler._keep_alive_timer  # torch's _PeriodicTimer
-    return timer is None or timer._ctx.stop_event.is_set()
+    return timer is not None and not timer._ctx.stop_event.is_set()
 
 
 @pytest.mark.parametrize("max_restarts", [0, 1])
 def test_torchs_keep_alive_runs_only_where_a_next_round_can_come(max_restarts: int) -> None:
     members = _join(max_restarts)
     try:
-        assert [_keep_alive_stopped(m) for m in members] == [max_restarts == 0] * 2
+        assert [_keep_alive_runs(m) for m in members] == [max_restarts > 0] * 2
+        assert [m.counted for m in members] == [max_restarts == 0] * 2
     finally:
         for m in reversed(members):
             m.close()
@@ -90,6 +93,54 @@ def test_a_joined_node_holds_two_connections_at_node_0_and_a_wait_for_a_present_
         js = members[1].js
         assert js.wait_keys([js.key("running")], 30)  # set by every node after its round
         assert _established(port) == held
+    finally:
+        for m in reversed(members):
+            m.close()
+
+
+def test_a_launcher_that_took_a_listed_node_rank_over_is_refused_and_the_job_keeps_the_listed_one() -> None:
+    """Joined by arrivals: node 0 listed node 1's first launcher; a second one found it silent
+    (marked lost here), took the claim over and published its record too. The list decides."""
+    from npu_migrate.launch.errors import LaunchError
+
+    members = _join(0)
+    late = Membership(LaunchConfig(nproc=1, nnodes=2, node_rank=1, addr="127.0.0.1", port=members[0].cfg.port,
+                                   job_id=members[0].cfg.job_id, join_timeout=120.0), Signals())
+    try:
+        js = members[0].js
+        js.store.set(js.key(f"lost/{members[1].js.owner}"), "marked lost by the test")
+        late.connect()  # takes the claim over from the launcher marked lost
+        with pytest.raises(LaunchError) as refused:
+            late.join()
+        assert str(refused.value).startswith("node rank 1 is already taken by the launcher on host ")
+        assert str(refused.value).endswith("give every node a different --node-rank in [0, 2).")
+        assert members[0].board._state.members[1].owner == members[1].js.owner
+    finally:
+        late.close()
+        for m in reversed(members):
+            m.close()
+
+
+def test_a_node_that_never_comes_is_named_by_node_0_and_the_others_hear_why() -> None:
+    """Joined by arrivals, node 2 of 3 never starts: node 0 ends the join at --join-timeout naming the
+    node rank still missing, and node 1, which waits for node 0's list, ends with the same reason."""
+    from npu_migrate.launch.errors import LaunchError
+    from npu_migrate.launch.nodes.records import JobEvent
+
+    port = free_port()
+    members = [Membership(LaunchConfig(nproc=1, nnodes=3, node_rank=k, addr="127.0.0.1", port=port,
+                                       job_id=f"many{port}", join_timeout=2.0, node_timeout=10.0), Signals())
+               for k in (0, 1)]
+    members[0].connect()
+    members[1].connect()
+    try:
+        with futures.ThreadPoolExecutor(2) as pool:
+            joins = [pool.submit(m.join) for m in members]
+            errors = [j.exception(120) for j in joins]
+        expected = ("not every node joined within 2 s (--join-timeout): node rank 2 did not come. Start the launcher "
+                    f"on every node with --nnodes 3 --addr 127.0.0.1 --port {port}.")
+        assert isinstance(errors[0], LaunchError) and str(errors[0]) == expected, errors
+        assert isinstance(errors[1], JobEvent) and str(errors[1]) == expected, errors
     finally:
         for m in reversed(members):
             m.close()
