@@ -708,7 +708,8 @@ def _git(*args: str) -> str:
 def revision() -> str:
     """The commit checked, with a ``+`` where the checkout had uncommitted changes to tracked files."""
     commit = _git("rev-parse", "--short", "HEAD") or "unknown"
-    dirty = _git("status", "--porcelain", "--untracked-files=no")
+    # The doc this script writes after each line is not what it checks.
+    dirty = _git("status", "--porcelain", "--untracked-files=no", "--", ".", f":!{DOC.relative_to(ROOT)}")
     return commit + ("+" if dirty else "")
 
 
@@ -761,7 +762,8 @@ def write_doc(rows: list[Row], started: str, commit: str) -> None:
         "",
         "A cell is `ok`, `FAILED` (why, below) or a limit of torch itself, with the torch issue that",
         "explains it. Time: the line's whole run, its venv's set-up in brackets (0 where the venv existed).",
-        "Checked: the date and the commit (`+`: with uncommitted changes in the checkout).",
+        "Checked: the date and the commit the checks ran (`+`: with uncommitted changes in the checkout;",
+        "`A` to `B`: the checkout changed while the line ran).",
         "",
         f"Last run: {started}, commit `{commit}`, lines {', '.join(sorted(ran, key=Version))}.",
         "",
@@ -885,8 +887,15 @@ def main(argv: Optional[list[str]] = None) -> int:
             detail = f": {cell.detail}" if cell.detail else ""
             print(f"[{torch}] {check}: {cell.status}{detail} ({cell.seconds:.0f} s){where}", flush=True)
 
+        # The checks import the checkout's npu_migrate, which others may commit to while a line runs
+        # (a whole matrix takes about an hour): the row names the commit its checks ran, both ends.
+        before = revision()
         with tempfile.TemporaryDirectory(prefix=f"matrix-{line.torch}-") as work:
             row.cells = Checks(line, venv, logs, Path(work), args.check_timeout).run_all(say)
+        after = revision()
+        row.checked = f"{started[:10]}, `{before}`" + (f" to `{after}`" if after != before else "")
+        if after != before:
+            print(f"[{line.torch}] the checkout changed during the checks: {before} to {after}", flush=True)
         row.total_s = time.monotonic() - started_line
         print(f"[{line.torch}] done in {_minutes(row.total_s)}", flush=True)
         if venv.ours:
