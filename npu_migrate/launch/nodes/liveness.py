@@ -11,7 +11,7 @@ Usage (by :mod:`.membership` and :mod:`.board`)::
     ping/<owner>       a counter: whoever asks adds 1 and keeps the value n it got back
     pong/<owner>/<n>   set by <owner>'s heartbeat thread for every n up to the counter
 
-The asker blocks in ``store.wait([pong/<owner>/<n>])`` on a connection of its own (a TCPStore
+The asker blocks in :func:`.store.wait_keys` for ``pong/<owner>/<n>`` on a connection of its own (a TCPStore
 client holds one lock for a whole request, so a blocking wait on a shared client would stall the
 launcher's other calls). A live launcher answers within one heartbeat; one that stays silent for
 the whole wait is gone; and a store that stops answering means node 0's launcher ended (the job
@@ -28,12 +28,11 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from datetime import timedelta
 from enum import Enum
 from typing import Any, Callable
 
 from npu_migrate.launch.nodes.records import Failure, LostNode
-from npu_migrate.launch.nodes.store import peek
+from npu_migrate.launch.nodes.store import peek, wait_keys
 from npu_migrate.launch.nodes.values import PaddedStore
 
 
@@ -133,9 +132,8 @@ def ask(store: PaddedStore, connect: Callable[[float], Any], prefix: str, owner:
         return Liveness.GONE
     pong = _pong_key(prefix, owner, n)
     try:
-        waiter = connect(seconds)
-        waiter.wait([pong], timedelta(seconds=seconds))
-        return Liveness.ALIVE
+        if wait_keys(connect(seconds), [pong], seconds, check=store):  # read again after the wait
+            return Liveness.ALIVE
     except Exception:  # noqa: BLE001 - a timeout, or the store went away: the next read tells which
         pass
     return _read_answer(store, pong)

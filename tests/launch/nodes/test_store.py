@@ -147,3 +147,25 @@ print("exiting")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["raised: the call's own", "gave up", "exiting"], done.stdout
+
+
+@pytest.mark.parametrize("secret", [None, SECRET])
+def test_a_wait_that_another_clients_peek_ends_early_waits_for_the_key(server, secret) -> None:
+    """torch's libuv store (the default from torch 2.4) ends a wait when another client peeks at the
+    missing key (a compare-and-set that sets nothing): the wait reads the keys again and waits on."""
+    reader, peeker = _client(server, secret), _client(server, secret)
+    was_set = threading.Event()
+    ended: list = []
+
+    def waiter(_: int) -> None:
+        found = wait_keys(_client(server, secret), ["npu_migrate/j/members"], 60, check=reader)
+        ended.append((found, was_set.is_set(), reader.get("npu_migrate/j/members")))
+
+    thread = threading.Thread(target=waiter, args=(0,))
+    thread.start()
+    for _ in range(300):  # every node's present() check while this one waits
+        assert peek(peeker, "npu_migrate/j/members") is None
+    was_set.set()
+    peeker.set("npu_migrate/j/members", '["node 0", "node 1"]')
+    thread.join(60)
+    assert ended == [(True, True, b'["node 0", "node 1"]')]
