@@ -151,6 +151,17 @@ def present(store: Any, keys: Sequence[str]) -> bool:
     return all(peek(store, k) is not None for k in keys)
 
 
+def exists(store: Any, keys: Sequence[str]) -> bool:
+    """Whether every key is set, whatever its value (a wait sees keys, never values), without
+    waking anyone: one ``check`` request where torch has it (2.2 and later: the libuv server of
+    torch 2.4 and later wakes every waiter of a missing key that a :func:`peek` compare-and-sets),
+    else a :func:`peek` of each key below the signing."""
+    raw = getattr(store, "raw", store)
+    if hasattr(raw, "check"):
+        return bool(raw.check(list(keys)))
+    return present(getattr(store, "inner", store), keys)
+
+
 def wait_keys(client: Any, keys: Sequence[str], seconds: float, check: Any = None) -> bool:
     """Block until every key exists: True; False when ``seconds`` passed first.
 
@@ -179,9 +190,9 @@ def wait_keys(client: Any, keys: Sequence[str], seconds: float, check: Any = Non
         # client compare-and-sets a missing key (what peek() does) without setting it; a get()
         # then returns b"" for the missing key. Measured on torch 2.14: 15 threads, each peeking
         # at a key and waiting for it, 9 to 13 read b"" before it was set; none with the classic
-        # server or without the peek. So the keys are read once more (below the signing: a wait
-        # sees keys, never values), and a wait ended early waits again.
-        if present(getattr(reader, "inner", reader), keys):
+        # server or without the peek. So the keys are checked once more (exists(): a check
+        # wakes nobody), and a wait ended early waits again.
+        if exists(reader, keys):
             return True
 
 
@@ -380,7 +391,7 @@ class JobStore:
         Raises:
             Exception: (torch's store error) node 0's store is gone.
         """
-        if present(self.store, keys):  # there already: no connection of its own (N at once cost node 0)
+        if exists(self.store, keys):  # there already: no connection of its own (N at once cost node 0)
             return True
         if seconds <= 0:
             return False
