@@ -709,7 +709,8 @@ def revision() -> str:
     """The commit checked, with a ``+`` where the checkout had uncommitted changes to tracked files."""
     commit = _git("rev-parse", "--short", "HEAD") or "unknown"
     # The doc this script writes after each line is not what it checks.
-    dirty = _git("status", "--porcelain", "--untracked-files=no", "--", ".", f":!{DOC.relative_to(ROOT)}")
+    dirty = _git("status", "--porcelain", "--untracked-files=no", "--", ".", f":!{DOC.relative_to(ROOT)}",
+                 f":!{CHECKED.relative_to(ROOT)}")
     return commit + ("+" if dirty else "")
 
 
@@ -773,6 +774,24 @@ def write_doc(rows: list[Row], started: str, commit: str) -> None:
     if all_notes:
         section += ["", *all_notes]
     DOC.write_text(text[:begin] + "\n".join(section) + "\n" + ("\n" + text[end:] if text[end:] else ""))
+    write_checked([merged[torch] for torch in order])
+
+
+CHECKED = ROOT / "npu_migrate" / "releases" / "checked.json"
+"""The table's rows as data, shipped with the package (:mod:`npu_migrate.releases.checked`, ``env``)."""
+
+
+def write_checked(table: list[str]) -> None:
+    """Write the table's rows (markdown) into :data:`CHECKED`: each line, ok or not, its date and commit."""
+    rows = []
+    for line in table:
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        when = re.match(r"^(\S+), (.*)$", cells[-1])
+        rows.append({"torch": cells[0], "ok": all(cell == "ok" for cell in cells[4:4 + len(CHECKS)]),
+                     "date": when.group(1) if when else cells[-1],
+                     "commit": when.group(2).replace("`", "") if when else None})
+    CHECKED.write_text(json.dumps({"source": ".ci/matrix (docs/ascend-versions.md)", "lines": rows}, indent=1)
+                       + "\n")
 
 
 # --------------------------------------------------------------------------- main

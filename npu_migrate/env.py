@@ -14,6 +14,8 @@ torch and torch_npu are checked as a pair from package metadata: the torch the i
 torch_npu release declares (``Requires-Dist``) and whether the installed torch satisfies it. Where
 torch_npu is not installed, the release that pairs with the installed torch is read from a cached
 wheel (:mod:`npu_migrate.releases`); nothing is downloaded unless ``--releases`` asks for it.
+``torch_line_checked`` says whether ``.ci/matrix`` checked this torch's line, and when
+(:mod:`npu_migrate.releases.checked`).
 """
 
 from __future__ import annotations
@@ -119,6 +121,7 @@ def collect(device: str | None = None, fetch_releases: bool = False) -> dict[str
     import torch
 
     from npu_migrate import device as _device
+    from npu_migrate.releases import checked
 
     selection = _device.resolve_device(device)
     spec = selection.spec
@@ -132,6 +135,7 @@ def collect(device: str | None = None, fetch_releases: bool = False) -> dict[str
         "device_name": _device._name(spec) if spec.is_accelerator else None,
         "torch_version": torch.__version__,
         "torchvision_version": _dist_version("torchvision"),
+        "torch_line_checked": checked.summary(torch.__version__),  # .ci/matrix's record of this torch's line
         # One line per family's extension (torch_npu_version), torch build (torch_cuda_version), toolkit (cann_version).
         **{f"{s.extension}_version": _device.extension_version(s) for s in _device.DEVICES.values() if s.extension},
         **{f"torch_{s.torch_build}_version": getattr(torch.version, s.torch_build, None)

@@ -26,7 +26,8 @@ Modules, each owning one concept:
 * :mod:`.pairs`: which torch a release accepts, the installed pair, the release that pairs with a torch;
 * :mod:`.surface`: the public names of ``torch_npu.npu``, read from the release's source with ``ast``;
 * :mod:`.signatures`: signatures as data: parameters from source or a live object, written and compared;
-* :mod:`.operators`: the operators a release registers for the NPU, read from its codegen YAML.
+* :mod:`.operators`: the operators a release registers for the NPU, read from its codegen YAML;
+* :mod:`.checked`: the torch lines ``.ci/matrix`` checked this checkout on, and when (``checked.json``).
 
 Nothing here imports torch (or torch_npu): the wheel's files are read as text.
 """
