@@ -4,7 +4,7 @@ Usage::
 
     from npu_migrate.releases import checked
 
-    checked.lines()          # [{"torch": "2.1.0", "ok": True, "date": "2026-11-28", "commit": "362a88c"}, ...]
+    checked.lines()          # [{"torch": "2.1.0", "ok": True, "date": "2026-11-28", "commit": "36e80b5"}, ...]
     checked.of("2.7.1+cu126")   # that line's entry (the release, any local build), or None
 
 ``.ci/matrix`` runs a smoke set on every torch a torch-npu release pairs with and writes its table
