@@ -155,11 +155,6 @@ class LaunchOptions:
         names = set(cls.names()) - {"output"}
         return cls(output=output, **{k: v for k, v in vars(args).items() if k in names})
 
-    @property
-    def world_size_hint(self) -> int | None:
-        """The world size where the flags alone give it (``--device-num`` x ``--nnodes``), else None."""
-        return self.nproc * (self.nnodes or 1) if isinstance(self.nproc, int) and self.nproc else None
-
     def check(self) -> None:
         """Refuse values that cannot work whatever the environment says; one line each.
 
