@@ -103,8 +103,8 @@ class Watch:
     def sync(self, what: str, site: str) -> None:
         if not self.started:
             return
-        if (what == "aten::_local_scalar_dense" and torch._C._current_autograd_node() is not None
-                and torch.is_anomaly_enabled()):
+        if (what == "aten::_local_scalar_dense" and torch.is_anomaly_enabled()
+                and self.recorder.phase() == "backward"):
             # The autograd engine's NaN check of each gradient under anomaly detection: the cure is
             # anomaly detection off (its advice counts them), not a change at the backward's line.
             self._note(self.anomaly_syncs, site, what)

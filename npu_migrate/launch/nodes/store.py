@@ -153,9 +153,9 @@ def present(store: Any, keys: Sequence[str]) -> bool:
 
 def exists(store: Any, keys: Sequence[str]) -> bool:
     """Whether every key is set, whatever its value (a wait sees keys, never values), without
-    waking anyone: one ``check`` request where torch has it (2.2 and later: the libuv server of
-    torch 2.4 and later wakes every waiter of a missing key that a :func:`peek` compare-and-sets),
-    else a :func:`peek` of each key below the signing."""
+    waking anyone: one ``check`` request where torch's store has it (torch 2.1's has not; the libuv
+    server of torch 2.4 and later wakes every waiter of a missing key that a :func:`peek`
+    compare-and-sets), else a :func:`peek` of each key below the signing."""
     raw = getattr(store, "raw", store)
     if hasattr(raw, "check"):
         return bool(raw.check(list(keys)))
