@@ -161,7 +161,9 @@ class Hosts:
 
     Host i has address ``192.0.2.(i+1)`` (TEST-NET-1, documentation addresses that route nowhere)
     on its link ``<tag>v<i>``; loopback is up in each. The host name inside is the machine's, which
-    resolves to 127.0.0.1 here: the case the launcher's interface choice must handle.
+    resolves to 127.0.0.1 here: the case the launcher's interface choice must handle. With more
+    than two hosts, host 0 forwards between the others (each routes 192.0.2.0/24 through it), as a
+    switch would: every rank reaches every other, as gloo's full mesh needs.
     """
 
     def __init__(self, count: int) -> None:
@@ -183,6 +185,12 @@ class Hosts:
                 self._ip("-n", self.names[i], "addr", "add", f"{self.addrs[i]}/32", "dev", b)
                 self._ip("-n", self.names[i], "link", "set", b, "up")
                 self._ip("-n", self.names[i], "route", "add", f"{self.addrs[0]}/32", "dev", b)
+                if count > 2:
+                    self._ip("-n", self.names[i], "route", "add", "192.0.2.0/24", "via", self.addrs[0], "dev", b,
+                             "onlink")
+            if count > 2:
+                subprocess.run(["ip", "netns", "exec", self.names[0], "sysctl", "-qw", "net.ipv4.ip_forward=1"],
+                               check=True, capture_output=True, text=True)
         except BaseException:
             self.remove()
             raise
@@ -237,13 +245,14 @@ def hosts():
 
 
 def host_launcher(tmp: Path, hosts: Hosts, rank: int, script: Path, *extra: str, name: str | None = None,
-                  nproc: str = "2", job: tuple[str, ...] = ()) -> Launch:
-    """Node ``rank`` of a 2-node job on namespace host ``rank``, node 0's address as ``--addr``."""
-    args = ["--nnodes", "2", "--node-rank", str(rank), "--device-num", nproc, "--addr", hosts.addrs[0],
+                  nproc: str = "2", job: tuple[str, ...] = (), host: int | None = None) -> Launch:
+    """Node ``rank`` of a job of one node per host, on namespace host ``rank`` (or ``host``), node 0's address as ``--addr``."""
+    args = ["--nnodes", str(len(hosts.names)), "--node-rank", str(rank), "--device-num", nproc, "--addr", hosts.addrs[0],
             "--port", HOSTS_PORT, "--join-timeout", "120", "--node-timeout", HOSTS_NODE_TIMEOUT, *extra,
             str(script), *job]
     # The suite's GLOO_SOCKET_IFNAME=lo would be wrong across hosts: leave the choice to the launcher.
-    return Launch(tmp, *args, name=name or f"node{rank}", netns=hosts.names[rank], env_drop=("GLOO_SOCKET_IFNAME",))
+    return Launch(tmp, *args, name=name or f"node{rank}", netns=hosts.names[rank if host is None else host],
+                  env_drop=("GLOO_SOCKET_IFNAME",))
 
 
 # --------------------------------------------------------------------------- torch features a test needs
