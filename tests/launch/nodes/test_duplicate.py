@@ -9,6 +9,7 @@ traceback, and the refused one ends with the refusal as its last line.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -24,7 +25,7 @@ LATE = re.compile(r"^npu-migrate launch: error: (node 0's launcher at 127\.0\.0\
 """The line of a launcher that came as node 0's job ended, or after (a loaded machine can start the
 third launcher seconds after the others, and the job of the other two ends meanwhile): it names
 node 0 gone, in one line, within the duplicates' --join-timeout of 60 s."""
-REPEATS = 5
+REPEATS = int(os.environ.get("DUPLICATE_REPEATS", "2"))  # 5 or more for a longer stress run
 RANK_LINE = re.compile(r"^\[\S+ node\d+ rank\d+\] ")
 """A line a rank wrote, relayed with its prefix (``[host node1 rank1] ...``)."""
 
