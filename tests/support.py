@@ -70,6 +70,19 @@ class Launch:
         return self.stdout.read_text()
 
 
+def wait_all(nodes: list[Launch]) -> list[int]:
+    """Every launcher's exit code; on a launcher that does not end, every launcher's output."""
+    codes = []
+    for n in nodes:
+        try:
+            codes.append(n.wait())
+        except AssertionError:
+            for other in nodes:
+                other.proc.kill()
+            raise AssertionError("\n".join(f"{o.name}:\n{o.err}" for o in nodes)) from None
+    return codes
+
+
 def reports(tmp: Path, n: int, first: int = 0) -> list[dict]:
     return [json.loads((tmp / f"rank{r}.json").read_text()) for r in range(first, first + n)]
 

@@ -20,7 +20,7 @@ import pytest
 
 from conftest import LAUNCH_SCRIPTS, ROOT, child_env, free_port
 from npu_migrate.launch.procs.failure import Failure, order
-from support import Launch, rank_block, wait_for_text, wait_until
+from support import Launch, rank_block, wait_all, wait_for_text, wait_until
 
 HANG_JOB = LAUNCH_SCRIPTS / "hang_job.py"
 
@@ -179,19 +179,6 @@ def two_nodes(tmp: Path, *extra: str, job: tuple[str, ...]) -> list[Launch]:
     return [Launch(tmp, "--nnodes", "2", "--node-rank", str(n), "--device-num", "1", "--addr", "127.0.0.1",
                    "--port", str(port), "--node-timeout", "5", "--error-file", str(tmp / f"error{n}.json"),
                    *extra, str(HANG_JOB), *job, name=f"node{n}") for n in (0, 1)]
-
-
-def wait_all(nodes: list[Launch]) -> list[int]:
-    """Every launcher's exit code; on a launcher that does not end, every launcher's output."""
-    codes = []
-    for n in nodes:
-        try:
-            codes.append(n.wait())
-        except AssertionError:
-            for other in nodes:
-                other.proc.kill()
-            raise AssertionError("\n".join(f"{o.name}:\n{o.err}" for o in nodes)) from None
-    return codes
 
 
 @pytest.mark.long

@@ -16,7 +16,7 @@ import pytest
 
 from conftest import LAUNCH_SCRIPTS
 from support import (HOSTS_NODE_TIMEOUT, JOB, Hosts, Launch, host_launcher, netns_unavailable, one_line_errors,
-                     rank_block, reports, wait_for_files)
+                     rank_block, reports, wait_all, wait_for_files)
 
 _WHY = netns_unavailable()
 pytestmark = [pytest.mark.skipif(_WHY is not None, reason=_WHY or ""), pytest.mark.long]
@@ -36,19 +36,6 @@ def start(tmp: Path, hosts: Hosts, script: Path, *extra: str, job: tuple[str, ..
     """One launcher of one rank on each host, each with its own ``--error-file`` (``error<node>.json``)."""
     return [host_launcher(tmp, hosts, k, script, *extra, "--error-file", str(tmp / f"error{k}.json"), nproc="1",
                           job=job) for k in range(NODES)]
-
-
-def wait_all(nodes: list[Launch]) -> list[int]:
-    """Every launcher's exit code; on a launcher that does not end, every launcher's output."""
-    codes = []
-    for node in nodes:
-        try:
-            codes.append(node.wait())
-        except AssertionError:
-            for other in nodes:
-                other.proc.kill()
-            raise AssertionError("\n".join(f"{o.name}:\n{o.err}" for o in nodes)) from None
-    return codes
 
 
 def test_a_killed_launcher_among_eight_is_named_on_every_node(tmp_path: Path, eight: Hosts) -> None:
