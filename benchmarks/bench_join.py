@@ -453,9 +453,9 @@ class Hosts:
         return got
 
     def stop(self) -> None:
-        for proc in self.procs:
+        for i in range(len(self.procs)):
             try:
-                self.send("stop", [self.procs.index(proc)])
+                self.send("stop", [i])
             except OSError:
                 pass
         for proc in self.procs:
