@@ -83,6 +83,7 @@ def shaped(original: Any, impl: Any) -> Any:
 
     call.__signature__ = sig  # type: ignore[attr-defined]
     call.__name__ = getattr(original, "__name__", "answer")
+    call.__npu_migrate_bare__ = value if bare_ok else None  # type: ignore[attr-defined] # what call() returns
     return call
 
 

@@ -101,6 +101,28 @@ def test_cuda_amp_events_and_unmapped_calls() -> None:
     assert REPORT.entries["torch.cuda.Event"]["first_site"].startswith(__file__)
 
 
+def test_every_call_of_a_step_is_counted_and_keeps_torchs_signature() -> None:
+    """The per-step calls take the short paths (no device keyword, a bare no-op, the count inlined):
+    each call is still counted, a call torch rejects still fails, and ``device=`` is still mapped."""
+    from npu_migrate import migrate
+    from npu_migrate.migrate.report import REPORT
+
+    x = torch.ones(2)
+    with migrate.enabled(device="cpu"):
+        for _ in range(3):
+            assert x.to("cuda", non_blocking=True) is x
+            assert torch.cuda.synchronize() is None
+            assert torch.ones_like(x, memory_format=torch.preserve_format).device.type == "cpu"
+            assert x.to(dtype=torch.float64, device="cuda").dtype == torch.float64
+        with pytest.raises(TypeError):
+            torch.cuda.synchronize(0, 1)
+        counts = {api: e["count"] for api, e in REPORT.entries.items()}
+        sites = {api: e["first_site"] for api, e in REPORT.entries.items()}
+    assert counts["Tensor.to"] == 6 and counts["torch.cuda.synchronize"] == 4
+    assert sites["Tensor.to"].startswith(__file__) and sites["torch.cuda.synchronize"].startswith(__file__)
+    assert "torch.ones_like(device=)" not in counts
+
+
 @pytest.mark.slow
 def test_torchrun_style_script_under_the_launcher(tmp_path: Path) -> None:
     report = tmp_path / "report.json"

@@ -44,7 +44,7 @@ def device_kwarg(original: Callable[..., Any], api: str) -> Callable[..., Any]:
     """``original`` with a CUDA ``device=`` keyword mapped to the target."""
 
     def call(*args: Any, **kwargs: Any) -> Any:
-        if kwargs:
+        if kwargs and "device" in kwargs:  # no call at all for torch.ones_like(x, memory_format=...)
             remap_device_kwarg(kwargs, api)
         return original(*args, **kwargs)
 
@@ -63,7 +63,7 @@ def device_args(original: Callable[..., Any], api: str) -> Callable[..., Any]:
                     if mapped is not value:
                         args = (*args[:i], mapped, *args[i + 1:])
                         record(api)
-        if kwargs:
+        if kwargs and "device" in kwargs:
             remap_device_kwarg(kwargs, api)
         return original(*args, **kwargs)
 
@@ -135,7 +135,7 @@ def to_wrapper(original: Callable[..., Any], api: str) -> Callable[..., Any]:
                 if mapped is not first:
                     args = (mapped, *args[1:])
                     record(api)
-        if kwargs:
+        if kwargs and "device" in kwargs:  # x.to("cuda", non_blocking=True): no second call
             remap_device_kwarg(kwargs, api)
         return original(self, *args, **kwargs)
 
