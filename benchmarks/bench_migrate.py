@@ -148,10 +148,10 @@ def small_step_case(rounds: int, steps: int) -> None:
     first: dict[object, list[float]] = {small_cuda_step: [], small_cpu_step: []}  # each block's warm-up
 
     def block(step_fn: object) -> Clocks:
-        warm = _clocks()
+        warm = time.thread_time()
         for i in range(WARMUP):
             step_fn(model, optimizer, *batches[i % len(batches)])  # type: ignore[operator]
-        first[step_fn].append(time.thread_time() - warm[1])
+        first[step_fn].append(time.thread_time() - warm)
         t0 = _clocks()
         for i in range(steps):
             x, y = batches[i % len(batches)]

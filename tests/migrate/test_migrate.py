@@ -102,8 +102,8 @@ def test_cuda_amp_events_and_unmapped_calls() -> None:
 
 
 def test_every_call_of_a_step_is_counted_and_keeps_torchs_signature() -> None:
-    """The per-step calls take the short paths (no device keyword, a bare no-op, the count inlined):
-    each call is still counted, a call torch rejects still fails, and ``device=`` is still mapped."""
+    """The per-step calls take the short paths (no device keyword, a bare no-op): each call is still
+    counted, a call torch rejects still fails, and ``device=`` is still mapped."""
     from npu_migrate import migrate
     from npu_migrate.migrate.report import REPORT
 
