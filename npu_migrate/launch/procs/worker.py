@@ -10,7 +10,8 @@ In order, :func:`worker_main`:
 1. ties the worker to the launcher (own session and process group, PR_SET_PDEATHSIG, a watcher thread);
 2. :func:`prepare`: sets the rank's environment, sends stdout/stderr to the launcher's relay
    (:mod:`.output`; FIFOs in ``error_dir``, the job's private run directory), binds the rank to
-   its CPUs (``--cpu-binding``), sets torch's threads and binds the device; new per-worker steps belong here;
+   its CPUs (``--cpu-binding``; on one CPU, gloo's transport thread gives way: :mod:`.gloo_io`), sets
+   torch's threads and binds the device; new per-worker steps belong here;
 3. arms the rank's flight record and stack dumps (:mod:`..hangs.flight`, :mod:`..hangs.stacks`) in the
    launcher's run directory (``error_dir``): no change to the user's script;
 4. runs the script (``runpy``), module or function, in a process that multiprocessing sees as a
@@ -37,7 +38,7 @@ from typing import Any
 
 from npu_migrate import failure_hints
 from npu_migrate.launch.nodes import secret, servers
-from npu_migrate.launch.procs import output, rundir
+from npu_migrate.launch.procs import gloo_io, output, rundir
 from npu_migrate.launch.setup.config import LaunchConfig, Target
 from npu_migrate.log import ENV_RELAY_PREFIX
 
@@ -207,11 +208,19 @@ def _bind_cpus(cpus: tuple[int, ...]) -> None:
             pass
 
 
+def _one_cpu() -> bool:
+    """Whether this rank may run on one CPU only (its binding, or the launcher's own ``taskset``)."""
+    try:
+        return len(os.sched_getaffinity(0)) == 1
+    except (AttributeError, OSError):
+        return False
+
+
 def prepare(local_rank: int, cfg: LaunchConfig, restart: int, run_dir: str | None = None) -> None:
     """Everything a worker needs before user code: environment, output, CPUs, threads, device."""
     os.environ.update(cfg.worker_env(local_rank, restart))
-    if local_rank < len(cfg.binding.cpus):
-        _bind_cpus(cfg.binding.cpus[local_rank])
+    cpus = cfg.binding.cpus[local_rank] if local_rank < len(cfg.binding.cpus) else ()
+    _bind_cpus(cpus)
     # Node 0's launcher serves MASTER_PORT on the job's address; every rank is its client (:mod:`..nodes.servers`).
     os.environ[servers.AGENT_STORE_ENV] = "True"
     for name in (secret.SECRET_ENV, secret.FD_ENV):  # the launcher's alone: not the script's, nor its children's
@@ -221,6 +230,8 @@ def prepare(local_rank: int, cfg: LaunchConfig, restart: int, run_dir: str | Non
         if cfg.output.prefix_template(cfg.world_size):
             os.environ[ENV_RELAY_PREFIX] = "1"  # the relay prefixes every line: setup_logging adds none
     _set_threads()
+    if _one_cpu():
+        gloo_io.install()  # on one CPU, gloo's transport thread would spin there until the next tick
     from npu_migrate import device as _device
 
     preload = sys.modules.get("npu_migrate._preload")  # present when forked from the fork server
