@@ -392,3 +392,34 @@ def test_every_module_is_on_the_architecture_map() -> None:
         if word not in text:
             missing.append(file.relative_to(ROOT).as_posix())
     assert not missing, f"modules docs/architecture.md's map does not name: {missing}"
+
+
+LAUNCH_BASE = frozenset({"errors", "signals", "hints", "cpplog", "__init__"})
+"""launch/'s modules at its top that every wing may use: its errors, signals, hints and torch's C++
+log level (``__init__``: the package itself, its docstring's map)."""
+LAUNCH_WINGS = ("torchrun", "setup", "nodes", "hangs", "procs")
+"""launch/'s wings, lowest first: the torchrun command line, the job's set-up, the nodes' control
+plane, hang watching, the processes. Each may import the wings below it; ``cli``, ``api`` and
+``features`` at the top may import any."""
+
+
+def _launch_part(module: str) -> str:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 2 else "__init__"
+
+
+def test_launch_wings_import_only_the_wings_below() -> None:
+    wrong = []
+    for i in imports():
+        if not (i.importer.startswith("npu_migrate.launch.") and i.imported.startswith("npu_migrate.launch")):
+            continue
+        a, b = _launch_part(i.importer), _launch_part(i.imported)
+        if a == b or b in LAUNCH_BASE:
+            if a in LAUNCH_BASE and b not in LAUNCH_BASE:
+                wrong.append(f"{_relative(i.importer)}:{i.line} imports {i.imported}")
+            continue
+        if a in LAUNCH_BASE or (a in LAUNCH_WINGS and (b not in LAUNCH_WINGS
+                                                       or LAUNCH_WINGS.index(b) > LAUNCH_WINGS.index(a))):
+            wrong.append(f"{_relative(i.importer)}:{i.line} imports {i.imported}")
+    assert not wrong, f"launch/'s wings import only the wings below them ({' < '.join(LAUNCH_WINGS)}) and " \
+                      f"{sorted(LAUNCH_BASE)}:\n" + "\n".join(wrong)

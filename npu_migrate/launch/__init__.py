@@ -18,16 +18,21 @@ OMP_NUM_THREADS and the interface that reaches node 0, has its device bound, and
 The package is in wings, one concept each (as ``torch.distributed.elastic`` keeps ``agent/``,
 ``rendezvous/``, ``multiprocessing/``); each wing's docstring lists its modules:
 
-* :mod:`.setup`: what one node will run, from the user's options and the host, checked;
 * :mod:`.torchrun`: torchrun's command line, whole, and what each flag becomes;
+* :mod:`.setup`: what one node will run, from the user's options and the host, checked;
 * :mod:`.nodes`: the multi-node control plane (stores, membership, the board, liveness);
 * :mod:`.hangs`: flight records, the watchdog, every rank's stack;
 * :mod:`.procs`: the supervisor, the fork server, the ranks and their output.
 
+Each wing imports only the wings above it in this list (tests/test_layout.py holds it): the
+processes use the hang watch, which reads the nodes' records, which run on the set-up, which reads
+torchrun's flags.
+
 At the top: :mod:`.cli` (the flags, ``run`` and ``main``), :mod:`.api` (:func:`spawn`),
-:mod:`.features` (what plugs into the launcher), :mod:`.signals` (SIGINT/SIGTERM in every phase),
-:mod:`.hints` (what a signal or a known backend error means), :mod:`.errors` (exceptions and
-one-line messages). A job, in order: ``cli`` -> ``setup.options`` -> ``setup.config`` ->
+:mod:`.features` (what plugs into the launcher), and what every wing may use: :mod:`.signals`
+(SIGINT/SIGTERM in every phase), :mod:`.hints` (what a signal or a known backend error means),
+:mod:`.errors` (exceptions and one-line messages), :mod:`.cpplog` (torch's C++ log level in the
+launcher, its fork server and its workers). A job, in order: ``cli`` -> ``setup.options`` -> ``setup.config`` ->
 ``procs.supervisor`` (-> ``nodes.membership`` on several nodes) -> ``procs.ranks`` ->
 ``procs.worker`` in each rank -> the user's script -> ``procs.failure`` / ``procs.report``.
 

@@ -37,9 +37,8 @@ from npu_migrate.launch.setup import binding, hccl, ranktable, schedulers
 from npu_migrate.launch.torchrun import executable, flags as torchrun_flags
 from npu_migrate.launch.errors import LaunchUsageError, say
 from npu_migrate.launch.procs.forkserver import start_fork_server, stop_fork_server
-from npu_migrate.launch.setup.options import DEFAULT_JOIN_TIMEOUT, DEFAULT_NODE_TIMEOUT, LaunchOptions
-from npu_migrate.launch.procs.output import DEFAULT_TEMPLATE
-from npu_migrate.launch.hangs.watchdog import DEFAULT_HANG_TIMEOUT
+from npu_migrate.launch.setup.options import DEFAULT_HANG_TIMEOUT, DEFAULT_JOIN_TIMEOUT, DEFAULT_NODE_TIMEOUT, LaunchOptions
+from npu_migrate.launch.setup.output_settings import DEFAULT_TEMPLATE
 from npu_migrate.registry import FAMILY_CHOICES
 
 PROG = "npu-migrate launch"

@@ -32,7 +32,8 @@ import threading
 from string import Template
 from typing import Any
 
-from npu_migrate.launch.procs.output import DEFAULT_TEMPLATE, DRAIN_S
+from npu_migrate.launch.procs.output import DRAIN_S
+from npu_migrate.launch.setup.output_settings import DEFAULT_TEMPLATE
 from npu_migrate.migrate.environment import ENV_SPAWN_NPROCS, ENV_WHOLE_LINES
 
 READ_SIZE = 1 << 16

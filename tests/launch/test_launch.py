@@ -66,7 +66,7 @@ def test_module_target_and_subcommand(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_function_target_like_seed_003(tmp_path: Path) -> None:
     from npu_migrate.launch import JobFailed, spawn
-    from npu_migrate.launch.procs import cpplog
+    from npu_migrate.launch import cpplog
     from launch.scripts.spawn_target import train
 
     before = (os.environ.get(cpplog.ENV), cpplog.level())

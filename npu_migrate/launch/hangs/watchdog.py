@@ -19,7 +19,7 @@ completes on any rank. Ranks that all compute outside collectives never count as
 long they take. Times are the launcher's own monotonic clock, so clocks of other hosts do not
 matter.
 
-**Default timeout** (:data:`DEFAULT_HANG_TIMEOUT`): 480 s for jobs of more than one rank, off
+**Default timeout** (:data:`..setup.options.DEFAULT_HANG_TIMEOUT`): 480 s for jobs of more than one rank, off
 for a single rank. torch's NCCL watchdog aborts a collective after 10 minutes, HCCL after
 ``HCCL_EXEC_TIMEOUT`` (1836 s) and gloo after 30 minutes: 8 minutes reports with every stack
 before any of them ends the job with a bare timeout, and leaves a rank alone for minutes while
@@ -52,17 +52,6 @@ if TYPE_CHECKING:  # setup.config reads effective_timeout from here
     from npu_migrate.launch.setup.config import LaunchConfig
 
 logger = logging.getLogger(__name__)
-
-DEFAULT_HANG_TIMEOUT = 480.0
-"""Seconds without progress before a job of several ranks counts as hung (see the module docstring)."""
-
-
-def effective_timeout(timeout: float | None, world_size: int) -> float:
-    """``--hang-timeout`` as given, else the default for this world size (0: off)."""
-    if timeout is not None:
-        return timeout
-    return DEFAULT_HANG_TIMEOUT if world_size > 1 else 0.0
-
 
 @dataclass
 class Hang:

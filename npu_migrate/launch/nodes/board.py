@@ -27,7 +27,7 @@ the ping's in :mod:`.liveness`):
 ``fail/<gen>``        the first failure of a generation (a rank's error, a hang, or a lost node,
                       also one a rank's connection error named: :meth:`Board.lost_peer`), JSON
                       with ``"kind"`` (:class:`FailureKind`; read by :func:`.records.read_failure`);
-                      the first (:func:`.failure.order`) wins (compare-and-set); every node
+                      the first (:func:`.records.order`) wins (compare-and-set); every node
                       stops its ranks, then restarts or ends.
 ``flight/<gen>/<K>``  node K's ranks' flight records (:mod:`..hangs.flight`), JSON, every heartbeat;
                       node 0 reads them to decide a hang for the whole job (:mod:`..hangs.watchdog`).
@@ -65,7 +65,6 @@ from npu_migrate.launch.nodes import timing
 from npu_migrate.launch.errors import first_line
 from npu_migrate.launch.setup.config import LaunchConfig
 from npu_migrate.launch.signals import Signals
-from npu_migrate.launch.procs.failure import order
 from npu_migrate.launch.nodes.store import JobStore, arrival_key, arrive, arrived, peek
 from npu_migrate.launch.nodes.liveness import Liveness, answer_pings, ask, failure_text, lost_record, named_in
 from npu_migrate.launch.nodes.records import (
@@ -80,6 +79,7 @@ from npu_migrate.launch.nodes.records import (
     Member,
     Round,
     as_record,
+    order,
     read_failure,
 )
 from npu_migrate.textsafe import printable
@@ -392,7 +392,7 @@ class Board:
         def publish() -> None:
             key, mine = js.key(f"fail/{gen}"), json.dumps(record.record())
             current = js.store.compare_set(key, "", mine).decode()
-            # The first failure wins (failure.order: causes before consequences, then the earliest),
+            # The first failure wins (records.order: causes before consequences, then the earliest),
             # whichever node published its own first (a compare-and-set retry).
             while current != mine and order(read_failure(current)) > order(record):
                 current = js.store.compare_set(key, current, mine).decode()

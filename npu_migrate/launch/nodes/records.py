@@ -285,6 +285,19 @@ FailureRecord = Union[Failure, LostNode, HangFailure, Ended, Unreadable]
 """A failure record of any kind (``fail/<gen>``, the report's ``first_failure``)."""
 
 
+def order(record: FailureRecord) -> tuple[bool, float]:
+    """Which failure is the job's first (``min(records, key=order)``): causes before consequences, then the earliest.
+
+    A rank that fails because a peer's connection closed (``hints.after_a_peer``) failed after
+    that peer, whatever the clocks say: a rank killed by a signal is timed when its launcher saw
+    the death, which on a busy machine can be after its peers' errors about it.
+    """
+    text = ""
+    if isinstance(record, Failure) and record.exc_type:
+        text = f"{record.message or ''}\n{record.traceback or ''}"
+    return hints.after_a_peer(text), float(record.time or 0.0)
+
+
 def read_failure(value: Any) -> FailureRecord:
     """A failure record another launcher wrote (its JSON text, or a dict read from it), typed by its kind.
 

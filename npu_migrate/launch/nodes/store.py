@@ -66,7 +66,7 @@ from datetime import timedelta
 from typing import Any, Callable, Protocol, Sequence, TypeVar
 
 from npu_migrate.launch.nodes import secret, servers, timing, values
-from npu_migrate.launch.procs import cpplog
+from npu_migrate.launch import cpplog
 from npu_migrate.launch.setup import cluster, software
 from npu_migrate.launch.setup.config import CONTROL_PORT_OFFSET, LaunchConfig
 from npu_migrate.launch.errors import LaunchError, first_line

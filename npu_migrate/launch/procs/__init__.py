@@ -6,5 +6,5 @@
 * :mod:`.forkserver`: the fork server that has torch imported, forked from the launcher where it can be;
 * :mod:`.output`: the ranks' output relay; :mod:`.rundir`: the run directory;
 * :mod:`.failure`: which failure is the job's first and how it reads; :mod:`.report`: the ``--error-file`` JSON;
-* :mod:`.preflight`: ``--preflight``; :mod:`.cpplog`: torch's C++ log level.
+* :mod:`.preflight`: ``--preflight``.
 """

@@ -1,14 +1,14 @@
 """Which failure is the job's first, and how the one that won reads on the console.
 
 The failure records themselves (a rank's :class:`~.records.Failure`, a lost node, a hang, an
-abort) are typed in :mod:`npu_migrate.launch.nodes.records`, which reads them off the wire.
+abort) are typed in :mod:`npu_migrate.launch.nodes.records`, which reads them off the wire and orders them
+(:func:`~npu_migrate.launch.nodes.records.order`: which one is the job's first).
 
 Usage::
 
     failure = Failure(rank=1, local_rank=1, node_rank=0, host="gpu7", exc_type="ValueError", message="boom")
     say(failure.headline())              # "rank 1 (local rank 1 on node 0, host gpu7) failed: ValueError: boom"
     exit_signal(-9)                      # "SIGKILL"
-    min(records, key=order)              # the job's first failure: causes before their consequences
     headline, lines, restartable = explain(record, node_rank)
 """
 
@@ -16,23 +16,9 @@ from __future__ import annotations
 
 import signal
 
-from npu_migrate.launch import hints
 from npu_migrate.launch.nodes.records import Failure, FailureRecord, HangFailure, LostNode
 
-__all__ = ["Failure", "exit_signal", "explain", "order"]
-
-
-def order(record: FailureRecord) -> tuple[bool, float]:
-    """Which failure is the job's first: causes before consequences, then the earliest.
-
-    A rank that fails because a peer's connection closed (``hints.after_a_peer``) failed after
-    that peer, whatever the clocks say: a rank killed by a signal is timed when its launcher saw
-    the death, which on a busy machine can be after its peers' errors about it.
-    """
-    text = ""
-    if isinstance(record, Failure) and record.exc_type:
-        text = f"{record.message or ''}\n{record.traceback or ''}"
-    return hints.after_a_peer(text), float(record.time or 0.0)
+__all__ = ["Failure", "exit_signal", "explain"]
 
 
 def exit_signal(code: int | None) -> str | None:

@@ -33,7 +33,7 @@ instead of 3.08 s, and the job's processes hold 387 MB (PSS, at the script's sta
    importing the same modules, and each rank runs them at its end as Python would (:mod:`.worker`);
 3. this process then loads the device extensions and runs the held hooks
    (:func:`npu_migrate._torch_hook.resume`), as each worker does, and keeps torch's C++ warnings off
-   the launcher's console (:func:`npu_migrate.launch.procs.cpplog.quiet_loaded`).
+   the launcher's console (:func:`npu_migrate.launch.cpplog.quiet_loaded`).
 
 "Still in that state" means: Linux, one thread, torch not imported yet, and the environment it
 started with (``/proc/self/environ``), ``TORCH_DEVICE_BACKEND_AUTOLOAD`` aside (the preload sets
@@ -63,7 +63,7 @@ from typing import Any
 
 from npu_migrate import autoload
 from npu_migrate.launch.nodes import secret
-from npu_migrate.launch.procs import cpplog
+from npu_migrate.launch import cpplog
 
 PRELOAD = ["npu_migrate._preload"]
 """Imported once by the fork server; every worker forked from it starts with torch loaded. The

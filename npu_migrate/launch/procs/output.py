@@ -31,7 +31,7 @@ What it owns:
   without a newline at EOF gets one; a line longer than 1 MiB is written in pieces.
 * **Prefix.** ``--log-line-prefix-template`` with ``${rank}``, ``${local_rank}``, ``${node_rank}``,
   ``${host}`` (torchrun's ``${hostname}`` too) and ``${role_name}`` (``--role``). With world size > 1 and no
-  template, :data:`DEFAULT_TEMPLATE` (host, node, global rank) is used; an empty template turns
+  template, :data:`..setup.output_settings.DEFAULT_TEMPLATE` (host, node, global rank) is used; an empty template turns
   it off. The console gets the prefix; log files get the rank's bytes as written.
 * **Filter.** ``--local-ranks-filter 0,1``: only those local ranks reach the console; every rank
   still goes to its log file.
@@ -47,7 +47,7 @@ What it owns:
   stream's EOF, for at most :data:`DRAIN_S` seconds (a grandchild that left the worker's process
   group may hold a pipe forever); what is left is read without waiting and written out.
 
-The flags are checked by :mod:`npu_migrate.launch.setup.output_settings` (re-exported here).
+The flags are checked by :mod:`npu_migrate.launch.setup.output_settings`, their home.
 """
 
 from __future__ import annotations
@@ -68,13 +68,10 @@ from typing import Any
 from npu_migrate import fileio
 from npu_migrate.launch.errors import say
 from npu_migrate.launch.torchrun.logs import Destinations
-from npu_migrate.launch.setup.output_settings import (  # re-exported: their home before the split
-    DEFAULT_TEMPLATE, TEMPLATE_VARS, OutputSettings, log_path, output_settings,
-)
+from npu_migrate.launch.setup.output_settings import OutputSettings, log_path
 from npu_migrate import npu_lines
 
-__all__ = ["COALESCE_BYTES", "COALESCE_S", "DEFAULT_TEMPLATE", "DRAIN_S", "MAX_LINE", "READ_SIZE", "TEMPLATE_VARS",
-           "OutputSettings", "Relay", "attach", "fifo_paths", "log_path", "output_settings"]
+__all__ = ["COALESCE_BYTES", "COALESCE_S", "DRAIN_S", "MAX_LINE", "READ_SIZE", "Relay", "attach", "fifo_paths"]
 
 logger = logging.getLogger(__name__)
 

@@ -39,9 +39,11 @@ from npu_migrate.launch.torchrun import events as elastic_events, logs as logs_l
 from npu_migrate.launch.setup.config import LaunchConfig, Target
 from npu_migrate.launch.errors import say
 from npu_migrate.launch.nodes.records import Failure
-from npu_migrate.launch.procs.failure import exit_signal, order
+from npu_migrate.launch.procs.failure import exit_signal
+from npu_migrate.launch.nodes.records import order
 from npu_migrate.launch.hangs.watchdog import HangWatch
-from npu_migrate.launch.procs.output import Relay, log_path
+from npu_migrate.launch.procs.output import Relay
+from npu_migrate.launch.setup.output_settings import log_path
 from npu_migrate.launch.signals import REAP_AFTER_KILL_S, STOP_GRACE_S, Signals
 from npu_migrate.launch.procs.worker import worker_main
 

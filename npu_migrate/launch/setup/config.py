@@ -27,10 +27,9 @@ from npu_migrate.launch.setup import binding as cpu_binding, cluster, hccl, port
 
 from npu_migrate.launch.torchrun import rdzv as rdzv_flags, settings as torchrun_settings
 from npu_migrate.launch.errors import LaunchError, LaunchUsageError
-from npu_migrate.launch.setup.options import DEFAULT_JOIN_TIMEOUT, DEFAULT_NODE_TIMEOUT, LaunchOptions
-from npu_migrate.launch.procs.output import OutputSettings
+from npu_migrate.launch.setup.options import DEFAULT_JOIN_TIMEOUT, DEFAULT_NODE_TIMEOUT, LaunchOptions, effective_timeout
+from npu_migrate.launch.setup.output_settings import OutputSettings
 from npu_migrate.launch.setup.ports import CONTROL_PORT_OFFSET, DEFAULT_PORT, _port_is_free, pick_free_port  # noqa: F401 (re-exported)
-from npu_migrate.launch.hangs.watchdog import effective_timeout
 from npu_migrate.launch.setup.target import Target  # noqa: F401 (re-exported: its home before the split)
 
 CPU_PROCESSES_PER_CORE = 16

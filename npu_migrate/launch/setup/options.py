@@ -23,7 +23,7 @@ from typing import Any
 from npu_migrate.launch.errors import LaunchUsageError
 from npu_migrate.launch.setup.binding import MODES
 from npu_migrate.launch.torchrun.logs import TorchrunLogs
-from npu_migrate.launch.procs.output import OutputSettings, output_settings
+from npu_migrate.launch.setup.output_settings import OutputSettings, output_settings
 
 DEFAULT_NODE_TIMEOUT = 20.0
 """Seconds without a heartbeat after which a node counts as lost (checked every tenth of it)."""
@@ -31,6 +31,18 @@ DEFAULT_NODE_TIMEOUT = 20.0
 DEFAULT_JOIN_TIMEOUT = 600.0
 """Seconds to wait for the other nodes' launchers: long enough for a scheduler that starts the
 nodes' containers one after another, short enough that a node that never comes is reported."""
+
+DEFAULT_HANG_TIMEOUT = 480.0
+"""Seconds without progress before a job of several ranks counts as hung (why 480:
+:mod:`npu_migrate.launch.hangs.watchdog`)."""
+
+
+def effective_timeout(timeout: float | None, world_size: int) -> float:
+    """``--hang-timeout`` as given, else the default for this world size (0: off)."""
+    if timeout is not None:
+        return timeout
+    return DEFAULT_HANG_TIMEOUT if world_size > 1 else 0.0
+
 
 MIN_NODE_TIMEOUT = 3.0
 """The shortest --node-timeout: heartbeats go every tenth of it, and below a few seconds a busy
@@ -59,11 +71,11 @@ class LaunchOptions:
             the address, port and what the job runs).
         node_timeout: seconds without a heartbeat before a node counts as lost.
         hang_timeout: seconds without progress before a hang is reported (None: the default for
-            the world size, :func:`npu_migrate.launch.hangs.watchdog.effective_timeout`; 0: off).
+            the world size, :func:`effective_timeout`; 0: off).
         hang_action: ``"end"`` or ``"report"`` (:data:`HANG_ACTIONS`).
         error_file: where to write the JSON report of every rank's exit (``--error-file``).
         preflight: the pre-flight all-reduce (None: off; see :mod:`..procs.preflight` for why).
-        output: the checked output flags (:func:`npu_migrate.launch.procs.output.output_settings`;
+        output: the checked output flags (:func:`npu_migrate.launch.setup.output_settings.output_settings`;
             None: prefixes by default, no filter, no tee).
         rank_table_timeout: seconds to wait for ``RANK_TABLE_FILE`` to be completed (None:
             ``NPU_MIGRATE_RANK_TABLE_TIMEOUT``, else :data:`.ranktable.DEFAULT_TIMEOUT`).

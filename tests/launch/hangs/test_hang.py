@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from conftest import LAUNCH_SCRIPTS, ROOT, child_env, free_port
-from npu_migrate.launch.procs.failure import Failure, order
+from npu_migrate.launch.nodes.records import order
+from npu_migrate.launch.procs.failure import Failure
 from support import Launch, rank_block, wait_all, wait_for_text, wait_until
 
 HANG_JOB = LAUNCH_SCRIPTS / "hang_job.py"

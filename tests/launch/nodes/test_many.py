@@ -14,7 +14,7 @@ import pytest
 from conftest import free_port
 
 from npu_migrate.launch.nodes.membership import Membership
-from npu_migrate.launch.procs import cpplog
+from npu_migrate.launch import cpplog
 from npu_migrate.launch.setup.config import LaunchConfig
 from npu_migrate.launch.signals import Signals
 

@@ -257,7 +257,7 @@ def test_what_a_node_runs_and_what_to_do_when_two_differ() -> None:
 def test_the_c10_log_level_the_launcher_lowers_is_given_back(monkeypatch: pytest.MonkeyPatch) -> None:
     """A multi-node launcher shows only fatal C++ messages in its own process; a caller of the API
     (``launch.spawn``, whose process goes on) gets its level and variable back."""
-    from npu_migrate.launch.procs import cpplog
+    from npu_migrate.launch import cpplog
 
     monkeypatch.setattr(cpplog, "USER_LEVEL", None)
     monkeypatch.delenv(cpplog.ENV, raising=False)

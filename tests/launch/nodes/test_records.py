@@ -17,7 +17,8 @@ from npu_migrate.launch.nodes.records import (
     Unreadable,
     read_failure,
 )
-from npu_migrate.launch.procs.failure import explain, order
+from npu_migrate.launch.nodes.records import order
+from npu_migrate.launch.procs.failure import explain
 
 RANK = Failure(1, 1, 0, "gpu7", exit_code=1, exc_type="ValueError", message="boom", traceback="tb\n", time=20.0)
 

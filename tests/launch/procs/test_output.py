@@ -22,7 +22,8 @@ from support import JOB, Launch, alive
 from npu_migrate.autoload import ENV_AUTOLOAD
 from npu_migrate.launch.cli import main
 from npu_migrate.launch.setup.config import LaunchConfig
-from npu_migrate.launch.procs.output import Relay, fifo_paths, output_settings
+from npu_migrate.launch.procs.output import Relay, fifo_paths
+from npu_migrate.launch.setup.output_settings import output_settings
 
 OUTPUT_JOB = LAUNCH_SCRIPTS / "output_job.py"
 HOST = socket.gethostname()
