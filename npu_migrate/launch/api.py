@@ -18,7 +18,8 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from npu_migrate.launch import cpplog
-from npu_migrate.launch.setup.config import Target, make_config
+from npu_migrate.launch.setup.config import make_config
+from npu_migrate.launch.setup.target import Target
 from npu_migrate.launch.errors import JobFailed
 from npu_migrate.launch.procs.forkserver import start_fork_server, stop_fork_server
 from npu_migrate.launch.procs.supervisor import run_job

@@ -31,7 +31,9 @@ from npu_migrate.launch.nodes import secret
 from npu_migrate.launch.procs import forkserver
 from npu_migrate.launch.setup import ports
 from npu_migrate.launch.torchrun import rdzv as rdzv_flags
-from npu_migrate.launch.setup.config import CONTROL_PORT_OFFSET, DEFAULT_PORT, Target, make_config, world_table
+from npu_migrate.launch.setup.config import make_config, world_table
+from npu_migrate.launch.setup.ports import CONTROL_PORT_OFFSET, DEFAULT_PORT
+from npu_migrate.launch.setup.target import Target
 from npu_migrate.launch import signals
 from npu_migrate.launch.setup import binding, hccl, ranktable, schedulers
 from npu_migrate.launch.torchrun import executable, flags as torchrun_flags

@@ -68,7 +68,8 @@ from typing import Any, Callable, Protocol, Sequence, TypeVar
 from npu_migrate.launch.nodes import secret, servers, timing, values
 from npu_migrate.launch import cpplog
 from npu_migrate.launch.setup import cluster, software
-from npu_migrate.launch.setup.config import CONTROL_PORT_OFFSET, LaunchConfig
+from npu_migrate.launch.setup.config import LaunchConfig
+from npu_migrate.launch.setup.ports import CONTROL_PORT_OFFSET
 from npu_migrate.launch.errors import LaunchError, first_line
 from npu_migrate.launch.nodes.records import JobEvent
 from npu_migrate.launch.signals import Interrupted, Signals, in_daemon_thread, run_interruptibly

@@ -36,7 +36,8 @@ from npu_migrate.launch.nodes import timing
 from npu_migrate.launch.procs import rundir
 
 from npu_migrate.launch.torchrun import events as elastic_events, logs as logs_layout
-from npu_migrate.launch.setup.config import LaunchConfig, Target
+from npu_migrate.launch.setup.config import LaunchConfig
+from npu_migrate.launch.setup.target import Target
 from npu_migrate.launch.errors import say
 from npu_migrate.launch.nodes.records import Failure
 from npu_migrate.launch.procs.failure import exit_signal

@@ -40,7 +40,8 @@ from npu_migrate.launch import hints
 from npu_migrate.launch.nodes import servers
 from npu_migrate.launch.procs import report, rundir
 from npu_migrate.launch.setup import ports
-from npu_migrate.launch.setup.config import LaunchConfig, Target
+from npu_migrate.launch.setup.config import LaunchConfig
+from npu_migrate.launch.setup.target import Target
 from npu_migrate.launch.errors import LaunchError, first_line, quiet_torch_elastic, say
 from npu_migrate.launch.procs.failure import exit_signal, explain
 from npu_migrate.launch.procs.forkserver import stop_fork_server

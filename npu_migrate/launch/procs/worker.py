@@ -39,7 +39,8 @@ from typing import Any
 from npu_migrate import failure_hints
 from npu_migrate.launch.nodes import secret, servers
 from npu_migrate.launch.procs import gloo_io, output, rundir
-from npu_migrate.launch.setup.config import LaunchConfig, Target
+from npu_migrate.launch.setup.config import LaunchConfig
+from npu_migrate.launch.setup.target import Target
 from npu_migrate.log import ENV_RELAY_PREFIX
 
 _PR_SET_PDEATHSIG = 1

@@ -29,8 +29,8 @@ from npu_migrate.launch.torchrun import rdzv as rdzv_flags, settings as torchrun
 from npu_migrate.launch.errors import LaunchError, LaunchUsageError
 from npu_migrate.launch.setup.options import DEFAULT_JOIN_TIMEOUT, DEFAULT_NODE_TIMEOUT, LaunchOptions, effective_timeout
 from npu_migrate.launch.setup.output_settings import OutputSettings
-from npu_migrate.launch.setup.ports import CONTROL_PORT_OFFSET, DEFAULT_PORT, _port_is_free, pick_free_port  # noqa: F401 (re-exported)
-from npu_migrate.launch.setup.target import Target  # noqa: F401 (re-exported: its home before the split)
+from npu_migrate.launch.setup.ports import CONTROL_PORT_OFFSET, DEFAULT_PORT, _port_is_free, pick_free_port
+from npu_migrate.launch.setup.target import Target
 
 CPU_PROCESSES_PER_CORE = 16
 """Most CPU ranks per core: CPU ranks are for tests and debugging, each is a Python process with

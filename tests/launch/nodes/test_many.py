@@ -83,7 +83,7 @@ def _established(port: int) -> int:
 
 
 def test_a_joined_node_holds_two_connections_at_node_0_and_a_wait_for_a_present_key_opens_none() -> None:
-    from npu_migrate.launch.setup.config import CONTROL_PORT_OFFSET
+    from npu_migrate.launch.setup.ports import CONTROL_PORT_OFFSET
 
     members = _join(0)
     try:

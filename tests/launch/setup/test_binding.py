@@ -236,7 +236,8 @@ def test_a_mode_that_is_none_of_them_is_refused(capsys: pytest.CaptureFixture[st
 
 
 def test_the_dry_run_says_what_would_be_bound() -> None:
-    from npu_migrate.launch.setup.config import LaunchConfig, Target, world_table
+    from npu_migrate.launch.setup.config import LaunchConfig, world_table
+    from npu_migrate.launch.setup.target import Target
 
     bound = binding.Binding(mode="node", cpus=((0,), (1,)), threads=(1, 1), note="CPU binding node (...): rank 0: 0")
     table = world_table(LaunchConfig(nproc=2, omp_threads=1, binding=bound), Target(script="t.py"))
