@@ -29,10 +29,11 @@ all-reduce went from 3.1-3.5 ms to 1.3 ms of a 29-32 ms step.
 
 The threads are found among the ones a group's creation started: named ``gloo_tcp_loop`` where
 torch's gloo names its threads (torch 2.14 does, 2.7 does not), or, unnamed, the one waiting in
-epoll (``/proc/self/task/<tid>/wchan``), once none of them is running; the collective's threads
-wait on a futex. Only public torch
-calls are wrapped: ``init_process_group`` and ``new_group`` (``new_subgroups`` and a device mesh
-made after the script starts go through the latter).
+epoll (``/proc/self/task/<tid>/wchan``) once none of them is running (the collective's threads wait
+on a futex). The unnamed case is trusted only for a group whose backend is gloo alone: a group of
+gloo and NCCL or HCCL may start threads of theirs that wait in epoll too, and those keep their
+priority. Only public torch calls are wrapped: ``init_process_group`` and ``new_group``
+(``new_subgroups`` and a device mesh made after the script starts go through the latter).
 """
 
 from __future__ import annotations
@@ -77,23 +78,24 @@ def _settled(tids: set[str]) -> dict[str, str]:
     return waits
 
 
-def transports(tids: set[str]) -> list[str]:
+def transports(tids: set[str], gloo_only: bool) -> list[str]:
     """The gloo transport loops among the threads ``tids`` that a group's creation started.
 
     Named ``gloo_tcp_loop`` where torch's gloo names its threads; on older torch, whose threads
-    are unnamed, the one that waits in epoll (its collective's threads wait on a futex).
+    are unnamed, the one that waits in epoll (its collective's threads wait on a futex), and only
+    for a group of gloo alone (``gloo_only``): another backend's threads may wait in epoll too.
     """
     names = {tid: _read(tid, "comm") for tid in tids}
     named = [tid for tid, name in names.items() if name == _TRANSPORT_NAME]
-    if named or any(name == "pt_gloo_runloop" for name in names.values()):
+    if named or any(name == "pt_gloo_runloop" for name in names.values()) or not gloo_only:
         return sorted(named)
     return sorted(tid for tid, wait in _settled(tids).items() if "epoll" in wait)
 
 
-def give_way(tids: set[str]) -> list[int]:
+def give_way(tids: set[str], gloo_only: bool) -> list[int]:
     """Lower each gloo transport loop among ``tids`` to :data:`TRANSPORT_NICE`; the ones lowered."""
     lowered = []
-    for tid in transports(tids):
+    for tid in transports(tids, gloo_only):
         try:
             os.setpriority(os.PRIO_PROCESS, int(tid), TRANSPORT_NICE)  # this thread alone on Linux
         except OSError:  # a thread that ended meanwhile
@@ -102,14 +104,28 @@ def give_way(tids: set[str]) -> list[int]:
     return lowered
 
 
+def _gloo_only(group: Any) -> bool:
+    """Whether ``group`` (None: the default group) runs on gloo alone."""
+    import torch.distributed as dist
+
+    try:
+        return str(dist.get_backend(group)).lower() == "gloo"
+    except Exception:  # noqa: BLE001 - not a member, not made: nothing of ours to lower
+        return False
+
+
 def _wrap(make: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(make)
     def made(*args: Any, **kwargs: Any) -> Any:
         before = _threads()
+        group = None
         try:
-            return make(*args, **kwargs)
+            group = make(*args, **kwargs)
+            return group
         finally:
-            give_way(_threads() - before)
+            started = _threads() - before
+            if started:
+                give_way(started, _gloo_only(group))
 
     setattr(made, _WRAPPED, make)
     return made

@@ -64,3 +64,31 @@ def test_ranks_with_more_than_one_cpu_are_left_alone(tmp_path: Path) -> None:
     for r in _launch(tmp_path, cpus):  # unbound: each rank may run on both CPUs
         assert r["cpus"] == sorted(cpus)
         assert {t["nice"] for t in r["threads"]} == {0}
+
+
+def test_an_unnamed_thread_in_epoll_is_taken_for_gloos_only_in_a_group_of_gloo_alone() -> None:
+    """Older torch leaves gloo's threads unnamed: the one waiting in epoll is the transport, but a
+    group that also runs NCCL or HCCL may have threads of theirs waiting there, which keep their
+    priority. Here an ordinary thread of this process waits in epoll."""
+    import select
+    import threading
+
+    from npu_migrate.launch.procs import gloo_io
+
+    poller = select.epoll()
+    reader, writer = os.pipe()
+    poller.register(reader, select.EPOLLIN)
+    waiting = threading.Thread(target=poller.poll)
+    waiting.start()
+    tid = str(waiting.native_id)
+    try:
+        while "epoll" not in Path(f"/proc/self/task/{tid}/wchan").read_text():  # until it waits there
+            pass
+        assert gloo_io.transports({tid}, gloo_only=True) == [tid]
+        assert gloo_io.transports({tid}, gloo_only=False) == []
+    finally:
+        os.write(writer, b"x")
+        waiting.join()
+        poller.close()
+        os.close(reader)
+        os.close(writer)
