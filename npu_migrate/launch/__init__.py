@@ -43,11 +43,10 @@ from __future__ import annotations
 
 from npu_migrate.launch.cli import add_arguments, build_parser, main, run
 from npu_migrate.launch.setup.config import LaunchConfig, make_config, world_table
-from npu_migrate.launch.setup.options import DEFAULT_NODE_TIMEOUT
+from npu_migrate.launch.setup.options import DEFAULT_NODE_TIMEOUT, LaunchOptions
 from npu_migrate.launch.setup.ports import CONTROL_PORT_OFFSET, DEFAULT_PORT
 from npu_migrate.launch.setup.target import Target
 from npu_migrate.launch.errors import JobFailed, LaunchError, LaunchUsageError
-from npu_migrate.launch.setup.options import LaunchOptions
 from npu_migrate.launch.signals import STOP_GRACE_S
 from npu_migrate.launch.api import spawn
 

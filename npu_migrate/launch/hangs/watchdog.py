@@ -39,19 +39,18 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from npu_migrate.launch.errors import say
 from npu_migrate.launch.hangs import flight, stacks
 from npu_migrate.launch.nodes import timing
 from npu_migrate.launch.nodes.records import HangFailure
+from npu_migrate.launch.setup.config import LaunchConfig
 from npu_migrate.launch.signals import Signals
 from npu_migrate.textsafe import printable
 
-if TYPE_CHECKING:  # setup.config reads effective_timeout from here
-    from npu_migrate.launch.setup.config import LaunchConfig
-
 logger = logging.getLogger(__name__)
+
 
 @dataclass
 class Hang:

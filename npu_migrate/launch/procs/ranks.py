@@ -39,9 +39,8 @@ from npu_migrate.launch.torchrun import events as elastic_events, logs as logs_l
 from npu_migrate.launch.setup.config import LaunchConfig
 from npu_migrate.launch.setup.target import Target
 from npu_migrate.launch.errors import say
-from npu_migrate.launch.nodes.records import Failure
+from npu_migrate.launch.nodes.records import Failure, order
 from npu_migrate.launch.procs.failure import exit_signal
-from npu_migrate.launch.nodes.records import order
 from npu_migrate.launch.hangs.watchdog import HangWatch
 from npu_migrate.launch.procs.output import Relay
 from npu_migrate.launch.setup.output_settings import log_path

@@ -15,9 +15,9 @@ from npu_migrate.launch.nodes.records import (
     HangFailure,
     LostNode,
     Unreadable,
+    order,
     read_failure,
 )
-from npu_migrate.launch.nodes.records import order
 from npu_migrate.launch.procs.failure import explain
 
 RANK = Failure(1, 1, 0, "gpu7", exit_code=1, exc_type="ValueError", message="boom", traceback="tb\n", time=20.0)

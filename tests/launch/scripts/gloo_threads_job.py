@@ -11,6 +11,7 @@ import threading
 import torch
 import torch.distributed as dist
 
+
 def tids() -> set[int]:
     return {int(tid) for tid in os.listdir("/proc/self/task")}
 
@@ -40,7 +41,7 @@ def read(tid: str, name: str) -> str:
 
 threads = [{"tid": int(tid), "comm": read(tid, "comm"), "nice": os.getpriority(os.PRIO_PROCESS, int(tid)),
             "user": int(tid) == user.native_id,
-            "group": next((g for g, started in enumerate(made) if int(tid) in started), None)}
+            "group": next((g for g, new in enumerate(made) if int(tid) in new), None)}
            for tid in sorted(os.listdir("/proc/self/task"))]
 done.set()
 user.join()
