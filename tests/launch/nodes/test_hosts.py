@@ -46,7 +46,7 @@ def test_a_lost_node_ends_the_job_on_every_node(tmp_path: Path, hosts: Hosts, ho
     hold = ("--hold", str(tmp_path / "never"))  # ranks sit outside any collective: only launchers notice
     node0 = node(tmp_path, hosts, 0, job=hold)
     node1 = node(tmp_path, hosts, 1, job=hold)
-    wait_for_files(tmp_path, [f"rank{r}.json" for r in range(4)])
+    wait_for_files(tmp_path, [f"holding{r}" for r in range(4)])  # every rank past its last collective
     if how == "SIGKILL":
         node1.proc.kill()
         node1.wait()

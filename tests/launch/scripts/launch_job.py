@@ -10,7 +10,9 @@ Then, on the rank named by --on-rank (all ranks when -1):
   --fail-first      raise on the first attempt only (TORCHELASTIC_RESTART_COUNT == 0)
   --sleep S         sleep S seconds before finishing (all ranks)
   --wait-for FILE   wait (up to 60 s) until FILE exists before finishing (all ranks)
-  --hold FILE       wait (without a deadline: the launcher ends it) until FILE exists (all ranks)
+  --hold FILE       wait (without a deadline: the launcher ends it) until FILE exists (all ranks),
+                    after writing $OUT_DIR/holding{RANK}: past every collective, a peer's death
+                    reaches this rank only through its launcher
   --ignore-term     ignore SIGTERM (all ranks), so stopping them takes the launcher's grace period
 Unknown arguments are recorded, not parsed, so pass-through can be checked.
 """
@@ -76,6 +78,7 @@ if me and "--fail-first" in sys.argv and os.environ["TORCHELASTIC_RESTART_COUNT"
 if "--hang" in sys.argv or (not me and ("--fail" in sys.argv or flag("--exit") or flag("--signal"))):
     time.sleep(1000)  # the other ranks wait: only the launcher can end them
 if flag("--hold"):
+    (out / f"holding{info.rank}").touch()
     while not os.path.exists(flag("--hold")):
         time.sleep(0.1)
 if flag("--sleep"):
