@@ -41,31 +41,26 @@ def target_device(index: int | None) -> torch.device:
     return torch.device(spec.name, _device.current_device_index() if index is None else index)
 
 
-# Fast path: what each CUDA device string became, for the target it was computed for. "cuda"
-# alone names the current device, which changes on an accelerator: it is cached only on the CPU.
-_CACHE: dict[Any, Any] = {}
-_CACHED_FOR: list[Any] = [None]
-
-
 def map_device(value: Any) -> Any:
-    """A CUDA device value becomes the target's; anything else comes back as it is."""
+    """A CUDA device value becomes the target's; anything else comes back as it is.
+
+    A CUDA device string is mapped once per target and kept in ``STATE.mapped``, which the hot
+    wrappers read first. ``"cuda"`` alone names the current device, which changes on an
+    accelerator: it is kept only on the CPU.
+    """
     kind = type(value)
     if kind is str:
         if not value.startswith("cuda"):
             return value
-        if _CACHED_FOR[0] is STATE.target:
-            hit = _CACHE.get(value)
-            if hit is not None:
-                return hit
-        else:
-            _CACHE.clear()
-            _CACHED_FOR[0] = STATE.target
+        hit = STATE.mapped.get(value)
+        if hit is not None:
+            return hit
         match = _CUDA_RE.match(value)
         if match is None:
             return value
         mapped = target_device(int(match.group(1)) if match.group(1) else None)
         if match.group(1) or not STATE.target.is_accelerator:  # type: ignore[union-attr]
-            _CACHE[value] = mapped
+            STATE.mapped[value] = mapped
         return mapped
     if kind is torch.device:
         return target_device(value.index) if value.type == "cuda" else value

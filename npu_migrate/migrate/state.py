@@ -43,6 +43,8 @@ class State:
         patches: ``(owner, name, had_own_attribute, old_value)`` in the order they were applied.
         env_before: environment variables changed, with their previous values (``None``: unset).
         originals: torch objects a patch needs after replacing them (``"amp.GradScaler"``).
+        mapped: CUDA device strings already mapped for this target (``"cuda:1"``), emptied with it, so
+            the hot wrappers (``x.to("cuda")``) look them up with no call (:mod:`.mapping`).
         lock: serialises install and uninstall.
     """
 
@@ -52,6 +54,7 @@ class State:
     patches: list[tuple[Any, str, bool, Any]] = field(default_factory=list)
     env_before: dict[str, str | None] = field(default_factory=dict)
     originals: dict[str, Any] = field(default_factory=dict)
+    mapped: dict[str, Any] = field(default_factory=dict)
     lock: threading.RLock = field(default_factory=threading.RLock)
 
     def require_target(self, what: str) -> DeviceSpec:
@@ -157,4 +160,5 @@ def rollback() -> None:
         STATE.env_before.clear()
         STATE.target = None
         STATE.originals.clear()
+        STATE.mapped.clear()
         STATE.per_thread = _PerThread()  # every thread starts on device 0 at the next install

@@ -108,19 +108,28 @@ def test_every_call_of_a_step_is_counted_and_keeps_torchs_signature() -> None:
     from npu_migrate.migrate.report import REPORT
 
     x = torch.ones(2)
+    REPORT.reset()  # the counts of this test's calls alone
     with migrate.enabled(device="cpu"):
         for _ in range(3):
             assert x.to("cuda", non_blocking=True) is x
             assert torch.cuda.synchronize() is None
             assert torch.ones_like(x, memory_format=torch.preserve_format).device.type == "cpu"
             assert x.to(dtype=torch.float64, device="cuda").dtype == torch.float64
+            assert x.cuda(non_blocking=True) is x and x.to("cuda:1") is x
+            assert torch.randn(2, device="cuda").device.type == "cpu"
         with pytest.raises(TypeError):
             torch.cuda.synchronize(0, 1)
         counts = {api: e["count"] for api, e in REPORT.entries.items()}
         sites = {api: e["first_site"] for api, e in REPORT.entries.items()}
-    assert counts["Tensor.to"] == 6 and counts["torch.cuda.synchronize"] == 4
-    assert sites["Tensor.to"].startswith(__file__) and sites["torch.cuda.synchronize"].startswith(__file__)
+        kept_to = torch.Tensor.to
+    assert counts["Tensor.to"] == 9 and counts["torch.cuda.synchronize"] == 4 and counts["Tensor.cuda"] == 3
+    assert counts["torch.randn(device=)"] == 3
+    for api in ("Tensor.to", "torch.cuda.synchronize", "Tensor.cuda", "torch.randn(device=)"):
+        assert sites[api].startswith(__file__), api
     assert "torch.ones_like(device=)" not in counts
+    # Nothing mapped outlives migration: its wrapper, kept and called afterwards, maps nothing.
+    with pytest.raises(migrate.MigrationError, match="not installed"):
+        kept_to(x, "cuda")
 
 
 @pytest.mark.slow

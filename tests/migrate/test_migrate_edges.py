@@ -273,13 +273,17 @@ import torch
 torch.cuda.set_device(1)
 out = {}
 
+def where():
+    x = torch.zeros(1, device="cuda")
+    return [torch.cuda.current_device(), str(x.device), str(x.cpu().to("cuda").device), str(x.cpu().cuda().device)]
+
 def other_thread():
-    out["thread"] = [torch.cuda.current_device(), str(torch.zeros(1, device="cuda").device)]
+    out["thread"] = where()
 
 t = threading.Thread(target=other_thread)
 t.start()
 t.join()
-out["main"] = [torch.cuda.current_device(), str(torch.zeros(1, device="cuda").device)]
+out["main"] = where()
 torch.cuda.nvtx.range_push("step {}".format(1))
 torch.cuda.nvtx.range_pop()
 with torch.cuda.nvtx.range("epoch {}", 3):
@@ -307,7 +311,8 @@ def test_on_npu_threads_nvtx_events_and_streams_keep_their_meaning(tmp_path: Pat
     result = run_cli("run", str(script), env=child_env(FAKE_NPU, ASCEND_RT_VISIBLE_DEVICES="0,1"))
     assert result.returncode == 0, result.stderr
     got = json.loads(result.stdout.splitlines()[-1])
-    assert got["thread"] == [0, "npu:0"] and got["main"] == [1, "npu:1"]
+    # "cuda" alone is the calling thread's current device, however it is passed, every time.
+    assert got["thread"] == [0, "npu:0", "npu:0", "npu:0"] and got["main"] == [1, "npu:1", "npu:1", "npu:1"]
     assert got["mstx"] == [["range_start", "step 1"], ["range_end", 1], ["range_start", "epoch 3"], ["range_end", 3],
                            ["mark", "here"], ["range_start", "span"], ["range_end", 6]]
     assert got["event"] == ["TimedEvent", True, True]
