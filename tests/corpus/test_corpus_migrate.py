@@ -475,7 +475,9 @@ def test_timm_train_script_trains_on_two_ranks_with_dataloader_workers(tmp_path:
     job, report = launch_migrate(
         work, "train.py", "--data-dir", "data", "--model", "test_resnet", "--num-classes", "2", "--img-size", "32",
         "--epochs", "1", "-b", "2", "--workers", "2", "--log-interval", "1", "--output", "out", "--experiment", "tiny",
-        log_dir=tmp_path / "logs", timeout=280, options=("--user-code", "timm"))
+        # A hang (seen once in CI: rank 0 in an all-reduce, rank 1 silent) ends the job with every rank's
+        # stack well before the test's own timeout, which would show nothing.
+        log_dir=tmp_path / "logs", timeout=280, options=("--user-code", "timm", "--hang-timeout", "120"))
     assert job.returncode == 0, job.everything
     assert "DataLoader worker" not in job.everything and "Traceback" not in job.everything, job.everything
     for rank in (0, 1):  # each rank took the CUDA branch: nccl, its own simulated device
