@@ -151,6 +151,10 @@ INTERNALS: tuple[Internal, ...] = (
     _I("torch._C.DispatchKey.CompositeExplicitAutogradNonFunctional", "ops/verdict.py",
        "the composite dispatch keys (CompositeExplicitAutograd, CompositeImplicitAutograd alike) whose "
        "kernel the audit follows"),
+    _I("torch.autograd._profiler_enabled", "profile/recorder.py",
+       "whether a profiler records in a rank already (the script's own): --profile does not start beside it, "
+       "which would cancel the script's session and make its stop raise (torch 2.1 to 2.6); without it, "
+       "a script's profiler running before --profile's steps is cancelled"),
     # ------------------------------------------------------------------ torch.distributed
     _I("torch.distributed.distributed_c10d._world.pg_map", "distributed.py",
        "every live process group, kept alive across destroy_process_group to free its backends without the GIL "

@@ -31,12 +31,22 @@ What is written in ``DIR``, per profiled rank R:
 
 A process that ends before step B saves what it recorded (``atexit``); one that never finished an
 optimizer step (a DataLoader worker, a tool the script starts) writes nothing.
+
+**The script's own profiler comes first.** torch runs one profiler session in a process: a second
+one started beside it cancels the first, whose stop then raises "Can't disable Kineto profiler when
+it's not running" (torch 2.1 to 2.6; 2.14 returns an empty profile), in whichever code stops it.
+So this profiler never runs beside the script's: where one is recording when this one would start,
+this rank is not profiled; where the script starts one (constructs ``torch.autograd.profiler.profile``,
+which every ``torch.profiler.profile`` does as it starts) while this one runs, this one stops first
+and saves the steps it recorded. Its ``rankR.profile.json`` says so (``yielded``), and the launcher's
+summary names the step.
 """
 
 from __future__ import annotations
 
 import atexit
 import csv
+import functools
 import glob
 import json
 import logging
@@ -56,6 +66,12 @@ TOP_OPERATORS = 10
 """How many operators each rank's summary keeps, by self time."""
 
 _ACTIVE: list[StepProfiler] = []
+
+
+def script_profiler_running() -> bool:
+    """Whether a profiler records in this process now (the script's own, before this one starts)."""
+    enabled = getattr(torch.autograd, "_profiler_enabled", None)
+    return bool(enabled()) if enabled is not None else False
 
 
 def summary_path(directory: str, rank: int) -> str:
@@ -91,6 +107,9 @@ class StepProfiler:
         self._pid = os.getpid()
         self._before: set[str] = set()
         self.keep = True  # whether the trace handler saves (False for a process that never reached step A)
+        self.yielded: list[Any] | None = None  # [step, "was recording" | "started"]: the script's own profiler
+        self._own = False  # True while this profiler's own calls may construct torch's profiler
+        self._unguard: Any = None
 
     # ------------------------------------------------------------------ the profiler
 
@@ -130,14 +149,47 @@ class StepProfiler:
         return on_trace_ready
 
     def _start(self, step: int) -> None:
-        """Start the profiler before ``step`` runs, numbered as that optimizer step."""
+        """Start the profiler before ``step`` runs, numbered as that optimizer step; not beside the script's."""
         os.makedirs(self.settings.directory, exist_ok=True)
         self._before = set(os.listdir(self.settings.directory))
+        if script_profiler_running():
+            self.close(yielded=[step, "was recording"])
+            return
         self.prof = self._make()
         # Number its steps as the script's optimizer steps: ProfilerStep#N is optimizer step N.
         self.prof.step_num = step
         self.prof.current_action = self._schedule(step)
-        self.prof.start()
+        self._call(self.prof.start)
+        self._guard()
+
+    def _call(self, method: Any) -> None:
+        """One of this profiler's own calls, which may construct torch's profiler without yielding."""
+        self._own = True
+        try:
+            method()
+        finally:
+            self._own = False
+
+    def _guard(self) -> None:
+        """Until this profiler stops, a profiler the script starts stops this one first (module docstring)."""
+        import torch.autograd.profiler as autograd_profiler
+
+        cls = autograd_profiler.profile
+        original = cls.__init__
+
+        def __init__(profile: Any, *args: Any, **kwargs: Any) -> None:
+            if not self._own and not self.finished:
+                self.close(yielded=[self.steps_done + 1, "started"])
+            original(profile, *args, **kwargs)
+
+        functools.update_wrapper(__init__, original)
+        cls.__init__ = __init__
+
+        def unguard() -> None:
+            if vars(cls).get("__init__") is __init__:
+                cls.__init__ = original
+
+        self._unguard = unguard
 
     def begin(self) -> StepProfiler:
         """Watch the optimizer steps; with ``--profile-steps 1-B``, start now."""
@@ -175,7 +227,9 @@ class StepProfiler:
             self.close()
             return
         else:
-            self.prof.step()
+            self._call(self.prof.step)
+        if self.finished:
+            return
         if first - 1 <= step < last:
             self._synchronize()
             self._started_at = time.perf_counter()
@@ -196,22 +250,25 @@ class StepProfiler:
 
     # ------------------------------------------------------------------ the end
 
-    def close(self) -> None:
+    def close(self, yielded: list[Any] | None = None) -> None:
         """Stop the profiler, saving what it recorded, and write the summary; once, in this process.
 
         A process that never finished step A (or, for ``1-B``, any step) saves nothing: the
-        profiler's trace handler is skipped.
+        profiler's trace handler is skipped. ``yielded``: stopped for the script's own profiler
+        (``[step, how]``), which the summary says even where nothing was recorded.
         """
         if self.finished or os.getpid() != self._pid:
             return
         self.finished = True
+        self.yielded = yielded
         if self.watch is not None:
             self.watch.undo()
-        if self.prof is None:
-            return
-        self.keep = self.steps_done >= self.settings.first
-        self.prof.stop()
-        if not self.keep:
+        if self._unguard is not None:
+            self._unguard()
+        if self.prof is not None:
+            self.keep = self.steps_done >= self.settings.first
+            self._call(self.prof.stop)
+        if not (self.prof is not None and self.keep) and yielded is None:
             return
         try:
             self._write_summary()
@@ -222,7 +279,9 @@ class StepProfiler:
     def _write_summary(self) -> None:
         steps = [s for s, _ in self.step_times]
         times = [t for _, t in self.step_times]
-        if self.device == "npu":
+        if not (self.prof is not None and self.keep):
+            trace, top, kind = None, [], "cpu"
+        elif self.device == "npu":
             trace, top, kind = self._npu_results()
         else:
             trace, top, kind = self._torch_results(max(len(times), 1))
@@ -230,7 +289,7 @@ class StepProfiler:
             "job": self.settings.job, "rank": self.rank, "device": self.device, "pid": os.getpid(),
             "profiler": "torch_npu.profiler" if self.device == "npu" else "torch.profiler",
             "steps": steps, "step_times_s": times, "asked": [self.settings.first, self.settings.last],
-            "trace": trace, "self_time": kind, "top": top,
+            "trace": trace, "self_time": kind, "top": top, "yielded": self.yielded,
         }
         fileio.write_atomic(summary_path(self.settings.directory, self.rank), json.dumps(summary, indent=1),
                             mode=fileio.default_mode())

@@ -52,9 +52,19 @@ def step_time(data: dict[str, Any]) -> float | None:
     return statistics.median(times) if times else None
 
 
+def _script_profiler(yielded: list[Any]) -> str:
+    step, how = yielded
+    return (f"the script's own profiler was recording at step {step}" if how == "was recording"
+            else f"the script's own profiler started at step {step}")
+
+
 def rank_line(data: dict[str, Any]) -> str:
     """``rank 0: 12.3 ms/step (steps 3-5), self time (cpu) per step: aten::addmm 4.1 ms, ...; trace: FILE``."""
     steps = data.get("steps") or []
+    yielded = data.get("yielded")
+    if yielded and not steps:
+        return (f"rank {data['rank']}: not profiled: {_script_profiler(yielded)} (a process runs one profiler "
+                f"at a time; choose --profile-steps outside the script's)")
     median = step_time(data)
     span = f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}-{steps[-1]}" if steps else "no step"
     head = f"rank {data['rank']}: " + (f"{_ms(median)}/step (median of {span})" if median is not None else span)
@@ -64,6 +74,8 @@ def rank_line(data: dict[str, Any]) -> str:
         head += f"; top self time ({data.get('self_time', 'cpu')}) per step: {ops}"
     if data.get("trace"):
         head += f"; trace {data['trace']}"
+    if yielded:
+        head += f"; stopped there: {_script_profiler(yielded)}"
     return head
 
 

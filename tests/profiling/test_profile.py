@@ -116,6 +116,36 @@ def test_nothing_profiled_fails_the_job(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("own, line", [
+    # The script's profiler records steps 1-3: --profile (3-5) would start beside it at the end of step 1.
+    (1, "rank {r}: not profiled: the script's own profiler was recording at step 2 (a process runs one profiler "
+        "at a time; choose --profile-steps outside the script's)"),
+    # It starts at step 4, while --profile records: --profile stops first, keeping step 3.
+    (4, "; stopped there: the script's own profiler started at step 4"),
+])
+def test_the_scripts_own_profiler_comes_first(tmp_path: Path, own: int, line: str) -> None:
+    """Two profilers in one process cancel each other (torch 2.1 to 2.6: the first one's stop raises in
+    whichever code stops it): --profile steps aside, the script's profile is whole, the job ends 0."""
+    prof = tmp_path / "prof"
+    job = Launch(tmp_path, "--device", "cpu", "--device-num", "2", "--profile", str(prof), str(TRAIN), "--ddp",
+                 "--own-profile", str(own))
+    assert job.wait() == 0, job.err
+    counts = [int(n) for n in re.findall(r"rank[01]\] own profile: (\d+) events", job.outtext)]
+    assert len(counts) == 2 and min(counts) > 100, job.outtext  # the script's own: its steps' operators
+    found = summaries(prof)
+    assert sorted(found) == [0, 1]
+    for rank, data in found.items():
+        assert data["yielded"] == ([2, "was recording"] if own == 1 else [4, "started"])
+        assert data["steps"] == ([] if own == 1 else [3])
+        assert line.format(r=rank) in job.err, job.err
+        if own == 4:
+            names = {e.get("name") for e in trace_events(prof / data["trace"])}
+            assert "ProfilerStep#3" in names or NAMES_THE_STEP_BEFORE, sorted(n for n in names if n)[:40]
+            assert "aten::addmm" in names or "aten::mm" in names
+    assert "Traceback" not in job.err
+
+
+@pytest.mark.slow
 @pytest.mark.fake_npu
 def test_the_simulated_npu_takes_the_torch_npu_profiler(tmp_path: Path) -> None:
     prof = tmp_path / "prof"
