@@ -227,7 +227,8 @@ def plan_binding(mode: str | None, family: str, devices: list[int], device_count
         if len(allowed) < total else ""
     if family not in _VENDORS:
         cpus = [_share(allowed, i, len(devices)) for i in range(len(devices))]
-        how = "disjoint shares of the allowed CPUs"
+        how = "disjoint shares of the allowed CPUs" if len(allowed) >= len(devices) else (
+            f"{len(devices)} ranks on {len(allowed)} allowed CPU(s): one CPU each, shared in turn")
     else:
         cpus, how = _device_sets(mode, family, devices, device_count, environ, allowed,
                                  sysfs_root or environ.get(SYSFS_ROOT_ENV) or "/sys", bus_ids or [])

@@ -124,6 +124,11 @@ def test_without_sysfs_torch_npus_default_split_and_the_users_conf_wins(tmp_path
 def test_cpu_family_gets_disjoint_shares(tmp_path: Path) -> None:
     got = plan(tmp_path, "node", family="cpu", devices=[0, 1, 2], count=3, allowed=[0, 1, 2, 3, 4, 5, 6])
     assert got.cpus == ((0, 1, 2), (3, 4), (5, 6)) and got.threads == (3, 2, 2) and got.conf is None
+    assert "disjoint shares of the allowed CPUs" in got.note
+    # More ranks than CPUs: one each, in turn, and the note does not call them disjoint.
+    got = plan(tmp_path, "node", family="cpu", devices=[0, 1, 2, 3], count=4, allowed=[0, 1])
+    assert got.cpus == ((0,), (1,), (0,), (1,)) and got.threads == (1, 1, 1, 1)
+    assert "4 ranks on 2 allowed CPU(s): one CPU each, shared in turn" in got.note and "disjoint" not in got.note
 
 
 def test_cpulists_and_the_mode_check() -> None:
