@@ -62,13 +62,30 @@ def test_while_running_ends_every_node(tmp_path: Path, sig: int, code: int) -> N
     port = free_port()
     hold = ("--hold", str(tmp_path / "never"))
     node0, node1 = multi(tmp_path, 0, port, job=hold), multi(tmp_path, 1, port, job=hold)
-    wait_for_files(tmp_path, ["rank0.json", "rank1.json"])
+    wait_for_files(tmp_path, ["holding0", "holding1"])  # past every collective: node 1 hears it from the board
     pids = all_pids(tmp_path, 2)
     node0.proc.send_signal(sig)
     name = signal.Signals(sig).name
     ends_with(node0, code, f"received {name}: stopping 1 running rank(s) on node 0.")
     assert node1.wait() == 1
     assert f"error: the launcher of node 0 (" in node1.err and f"received {name}" in node1.err
+    one_line_errors(node1.err)
+    assert_all_gone(pids)
+
+
+@pytest.mark.slow
+def test_a_rank_whose_peer_the_signal_stopped_blames_the_signal(tmp_path: Path) -> None:
+    """Node 1's rank waits in an all-reduce when node 0's launcher is stopped: it fails at once with a
+    connection error, within a heartbeat of node 0's abort. Node 1 names the signal, not its rank."""
+    port = free_port()
+    node0, node1 = (multi(tmp_path, k, port, job=("--in-collective",)) for k in (0, 1))
+    wait_for_files(tmp_path, ["holding0", "holding1"])
+    pids = all_pids(tmp_path, 2)
+    node0.proc.send_signal(signal.SIGTERM)
+    ends_with(node0, 143, "received SIGTERM: stopping 1 running rank(s) on node 0.")
+    assert node1.wait() == 1
+    assert "error: the launcher of node 0 (" in node1.err and "received SIGTERM" in node1.err, node1.err
+    assert "job failed" not in node1.err, node1.err
     one_line_errors(node1.err)
     assert_all_gone(pids)
 

@@ -254,6 +254,28 @@ class Board:
         if event is not None:
             raise JobEvent(event)
 
+    def read_now(self) -> None:
+        """Read ``abort`` and this generation's ``fail`` from the store now, not at the next beat; raise what the board then says.
+
+        A rank fails within a beat of what ended it elsewhere: a launcher that received SIGTERM
+        publishes its abort, then stops its ranks, and their peers here fail at once with a
+        connection error. Read at the next beat, the abort would come after this node had blamed its
+        own rank.
+
+        Raises:
+            JobEvent: a failure, an abort or a lost node.
+        """
+        js = self.js
+        gen = self._get("generation")
+        abort, fail = js.quietly(lambda: (peek(js.store, js.key("abort")), peek(js.store, js.key(f"fail/{gen}")))) \
+            or (None, None)
+        with self._lock:
+            if abort:
+                self._state.abort = abort
+            if fail:
+                self._state.fail[gen] = fail
+        self.raise_event()
+
     def explain_error(self) -> None:
         """After a store error: wait a few heartbeats for the board to say why; raise its event if it does.
 
@@ -418,7 +440,7 @@ class Board:
             Interrupted: SIGINT/SIGTERM meanwhile.
         """
         js = self.js
-        self.raise_event()  # the board may already say why (an abort ends ranks on every node)
+        self.read_now()  # the board may already say why (an abort ends ranks on every node)
         text = failure_text(failure)
         with self._lock:
             members, changed = dict(self._state.members), dict(self._state.last_change)

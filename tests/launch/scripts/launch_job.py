@@ -14,6 +14,8 @@ Then, on the rank named by --on-rank (all ranks when -1):
                     after writing $OUT_DIR/holding{RANK}: past every collective, a peer's death
                     reaches this rank only through its launcher
   --ignore-term     ignore SIGTERM (all ranks), so stopping them takes the launcher's grace period
+  --in-collective   after writing $OUT_DIR/holding{RANK}: rank 0 sleeps, every other rank waits in an
+                    all-reduce rank 0 never joins (rank 0's death reaches them as a connection error)
 Unknown arguments are recorded, not parsed, so pass-through can be checked.
 """
 
@@ -77,6 +79,11 @@ if me and "--fail-first" in sys.argv and os.environ["TORCHELASTIC_RESTART_COUNT"
     raise RuntimeError("first attempt fails")
 if "--hang" in sys.argv or (not me and ("--fail" in sys.argv or flag("--exit") or flag("--signal"))):
     time.sleep(1000)  # the other ranks wait: only the launcher can end them
+if "--in-collective" in sys.argv:
+    (out / f"holding{info.rank}").touch()
+    if info.rank == 0:
+        time.sleep(1000)
+    dist.all_reduce(torch.zeros(1, device=info.device))
 if flag("--hold"):
     (out / f"holding{info.rank}").touch()
     while not os.path.exists(flag("--hold")):
