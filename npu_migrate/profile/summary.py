@@ -53,9 +53,8 @@ def step_time(data: dict[str, Any]) -> float | None:
 
 
 def _script_profiler(yielded: list[Any]) -> str:
-    step, how = yielded
-    return (f"the script's own profiler was recording at step {step}" if how == "was recording"
-            else f"the script's own profiler started at step {step}")
+    step, how = yielded  # how: "was recording" or "started" (recorder.StepProfiler.close)
+    return f"the script's own profiler {how} at step {step}"
 
 
 def rank_line(data: dict[str, Any]) -> str:
