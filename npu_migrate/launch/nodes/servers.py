@@ -121,13 +121,25 @@ def server_options(torch_version: str | None = None, use_libuv: str | None = Non
     return {"use_libuv": False} if release < LIBUV_TAKES_FD or use_libuv == "0" else {}
 
 
+CONNECT_MIN_S = 1.0
+"""The shortest timeout a store connection is made with. torch 2.1's ``TCPStore`` counts its connect
+timeout in whole seconds: under 1 s it gives up before its first try ("The client socket has timed
+out after 0s"), against a server that is up. So a wait's own connection made with less than a second
+of the wait left, or a window shorter than a second, connects within a second; the wait itself keeps
+its own timeout (``wait`` takes fractions of a second on every torch)."""
+
+
+def _timeout(seconds: float) -> timedelta:
+    return timedelta(seconds=max(seconds, CONNECT_MIN_S))
+
+
 def serve(addr: str, port: int, timeout: float) -> Any:
     """A TCPStore server listening on ``addr:port`` only (see the module docstring)."""
     from torch.distributed import TCPStore
 
     sock = bind(addr, port)
     try:
-        return TCPStore(addr, port, None, True, timedelta(seconds=timeout), wait_for_workers=False,
+        return TCPStore(addr, port, None, True, _timeout(timeout), wait_for_workers=False,
                         master_listen_fd=sock.fileno(), **server_options())
     finally:
         sock.detach()  # the store owns (and closes) the descriptor now, or closed it on failure
@@ -136,7 +148,7 @@ def serve(addr: str, port: int, timeout: float) -> Any:
 def client(addr: str, port: int, timeout: float) -> Any:
     from torch.distributed import TCPStore
 
-    return TCPStore(addr, port, None, False, timedelta(seconds=timeout))
+    return TCPStore(addr, port, None, False, _timeout(timeout))
 
 
 class RankStore:

@@ -83,3 +83,14 @@ def test_from_torch_2_8_libuv_takes_the_launchers_socket(monkeypatch: pytest.Mon
 @pytest.mark.skipif(not LIBUV_WITH_FD, reason=f"torch {torch.__version__}: libuv cannot take a listening socket")
 def test_from_torch_2_8_use_libuv_0_picks_the_classic_backend(monkeypatch: pytest.MonkeyPatch) -> None:
     assert _serves_on_loopback_only(monkeypatch, use_libuv="0").libuvBackend is False
+
+
+def test_a_connection_made_with_under_a_second_left_connects() -> None:
+    # torch 2.1 counts a client's connect timeout in whole seconds: under 1 s it gave up at once
+    # ("timed out after 0s"), which ended an elastic rendezvous's last call (node 0 waited for more
+    # nodes with a connection made when a fraction of a second was left).
+    port = free_port()
+    server = servers.serve("127.0.0.1", port, timeout=0.4)
+    client = servers.client("127.0.0.1", port, timeout=0.001)
+    client.set("job/key", "value")
+    assert server.get("job/key") == b"value"

@@ -242,9 +242,6 @@ def test_a_static_rendezvous_takes_the_node_rank_given_and_the_endpoint_as_maste
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(tuple(int(p) for p in __import__("torch").__version__.split(".")[:2]) < (2, 2), strict=False,
-                   reason="known bug, open: on torch 2.1 node 0's store stops answering after the last call "
-                          "times out ('timed out after 0s'); MIN:MAX with fewer than MAX nodes fails there")
 def test_an_elastic_range_starts_with_min_nodes_after_the_last_call(tmp_path: Path) -> None:
     port = free_port()
     node = _node(tmp_path, "node0", "--nnodes", "1:2", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
