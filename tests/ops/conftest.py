@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -26,6 +28,16 @@ def this_torch_line() -> str | None:
               for path in releases_dir().glob("torch_npu-*.whl") if (match := wheels.WHEEL_NAME.match(path.name))]
     found = pairs.same_line(torch.__version__, sorted(cached, key=lambda r: Version(r.version), reverse=True))
     return found.version if found is not None else None
+
+
+def registers(release: str, name: str) -> bool:
+    """Whether torch-npu ``release`` registers the aten operator ``name`` (its default overload) for
+    the NPU: read from the cached wheel as a zip file, its codegen YAML's ``- func: name(...)`` or
+    ``- name`` lines, without the package's own reader, so a test's expectation comes from the wheel."""
+    (wheel,) = releases_dir().glob(f"torch_npu-{release}-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        text = archive.read("torch_npu/csrc/aten/npu_native_functions_by_codegen.yaml").decode()
+    return re.search(rf"^\s*-\s*(?:func:\s*)?{re.escape(name)}\s*(?:\(|$)", text, re.M) is not None
 
 
 RELEASES = tuple(dict.fromkeys(("2.14.0", "2.1.0.post17", this_torch_line() or "2.14.0")))
