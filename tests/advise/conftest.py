@@ -1,5 +1,5 @@
-"""Fixtures of the advice tests: the operator audit's cached real torch-npu wheels (``release``)."""
+"""Fixtures of the advice tests: the operator audit's cached real torch-npu wheels (``release``, ``every_release``)."""
 
 from __future__ import annotations
 
-from ops.conftest import release  # noqa: F401 (the same wheels, the same skips)
+from ops.conftest import every_release, release  # noqa: F401 (the same wheels, the same skips)

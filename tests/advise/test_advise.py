@@ -130,10 +130,11 @@ def test_habits_of_the_step(tmp_path: Path, release: str, version: str, optimize
     assert "no host sync in the step" not in data["good"]
 
 
-def test_variants_users_write(tmp_path: Path, release: str) -> None:
+def test_variants_users_write(tmp_path: Path, every_release: str) -> None:
     """One-line and T5 RMSNorms, SwiGLU through nn.SiLU and on chunks, GeGLU; Adam(fused=True), whose
     fused kernel some releases lack (2.1.0.post17, 2.6.0.post5: read from the wheel): there it is
     advised, with the release's NpuFusedAdam."""
+    release = every_release
     code, data = advise(tmp_path, "variants_train.py", release=release)
     assert code == 1
     adam = 72

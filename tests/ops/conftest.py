@@ -45,13 +45,30 @@ RELEASES = tuple(dict.fromkeys(("2.14.0", "2.1.0.post17", this_torch_line() or "
 tier audits against torch-npu 2.7.1's operators too)."""
 
 
+EVERY_RELEASE = tuple(re.findall(r"^\[torch-npu ([^]]+)\]", (ROOT / "tests" / "fake_npu" / "NOT_SIMULATED.txt")
+                                 .read_text(), re.M))
+"""Every release the stand-in follows (the sections of tests/fake_npu/NOT_SIMULATED.txt; CI caches
+each): the tests whose expectation depends on what a release registers run against each; those
+beyond :data:`RELEASES` are marked slow, so the fast loop keeps its three."""
+
+
 @pytest.fixture(params=RELEASES)
 def release(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """A release whose wheel is cached (never downloaded by a test)."""
+    return _cached(request.param, monkeypatch)
+
+
+@pytest.fixture(params=[pytest.param(v, marks=() if v in RELEASES else pytest.mark.slow) for v in EVERY_RELEASE])
+def every_release(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each release of :data:`EVERY_RELEASE`, cached as for :func:`release`."""
+    return _cached(request.param, monkeypatch)
+
+
+def _cached(version: str, monkeypatch: pytest.MonkeyPatch) -> str:
     directory = releases_dir()
-    if not any(directory.glob(f"torch_npu-{request.param}-*.whl")):
-        pytest.skip(f"torch-npu {request.param} is not cached in {directory}: run `pip download --no-deps "
-                    f"-d {directory} torch-npu=={request.param}` (CI caches it)")
+    if not any(directory.glob(f"torch_npu-{version}-*.whl")):
+        pytest.skip(f"torch-npu {version} is not cached in {directory}: run `pip download --no-deps "
+                    f"-d {directory} torch-npu=={version}` (CI caches it)")
     monkeypatch.setenv("NPU_MIGRATE_RELEASES_DIR", str(directory))
     monkeypatch.setenv("PIP_NO_INDEX", "1")  # a test never reaches for the index
-    return request.param
+    return version

@@ -81,10 +81,11 @@ def test_sdpa_inside_multihead_attention_is_the_releases(tmp_path: Path, release
     assert code == (1 if data["summary"]["cpu_fallback"] else 0)
 
 
-def test_fused_optimizers_are_judged_by_their_fused_kernel(tmp_path: Path, release: str) -> None:
+def test_fused_optimizers_are_judged_by_their_fused_kernel(tmp_path: Path, every_release: str) -> None:
     """Where torch has no CPU fused kernel (< 2.4), the CPU runs the optimizer unfused; the NPU calls the
     fused kernel all the same. A release lacking ``_fused_adam_`` (2.1.0.post17, 2.6.0.post5: read from
     the wheel) runs it on the host where torch has a CPU kernel, and nowhere (no_kernel) where not."""
+    release = every_release
     code, data = audit(tmp_path, "fused_adam_train.py", "--steps", "4", release=release)
     (adamw,) = ops_named(data, "aten::_fused_adamw_")
     assert adamw["verdict"] == "npu" and adamw["phase"] == "optimizer step"
