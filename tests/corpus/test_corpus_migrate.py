@@ -359,13 +359,15 @@ def _has_fsdp2() -> bool:
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard  # noqa: F401
     except ImportError:
         return False
-    return hasattr(torch, "accelerator") and hasattr(torch.distributed, "get_default_backend_for_device")
+    # torch.accelerator.device_index (the context manager the example enters) came with torch 2.7.
+    return hasattr(getattr(torch, "accelerator", None), "device_index") and hasattr(
+        torch.distributed, "get_default_backend_for_device")
 
 
 @pytest.mark.long
 @pytest.mark.skipif(not _has_fsdp2(), reason=(
-    f"the FSDP2 example needs torch.accelerator, get_default_backend_for_device and the public fully_shard "
-    f"(torch >= 2.6); torch {torch.__version__} has not"))
+    f"the FSDP2 example needs torch.accelerator.device_index, get_default_backend_for_device and the public "
+    f"fully_shard (torch >= 2.7); torch {torch.__version__} has not"))
 def test_fsdp2_example_trains_saves_and_resumes_from_its_checkpoint(tmp_path: Path) -> None:
     """Unmodified, it exited 0 untrained ("Unable to locate sufficient 2 gpus") before torch.accelerator was migrated."""
     work = _workdir("pytorch_examples_fsdp2", tmp_path)
