@@ -176,7 +176,8 @@ class Hosts:
     on its link ``<tag>v<i>``; loopback is up in each. The host name inside is the machine's, which
     resolves to 127.0.0.1 here: the case the launcher's interface choice must handle. With more
     than two hosts, host 0 forwards between the others (each routes 192.0.2.0/24 through it), as a
-    switch would: every rank reaches every other, as gloo's full mesh needs.
+    switch would: every rank reaches every other, as gloo's full mesh needs. No DNS server answers
+    inside; each host's /etc/hosts is the machine's with every host's address added, as a cluster's.
     """
 
     def __init__(self, count: int) -> None:
@@ -184,9 +185,17 @@ class Hosts:
         self.names = [f"{self.tag}h{i}" for i in range(count)]
         self.addrs = [f"192.0.2.{i + 1}" for i in range(count)]
         try:
+            with open("/etc/hosts") as f:
+                machine = f.read()
             for name in self.names:
                 self._ip("netns", "add", name)
                 self._ip("-n", name, "link", "set", "lo", "up")
+                # As a cluster's /etc/hosts names its nodes (`ip netns exec` mounts it over /etc/hosts):
+                # no DNS server answers inside a namespace.
+                os.makedirs(f"/etc/netns/{name}", exist_ok=True)
+                with open(f"/etc/netns/{name}/hosts", "w") as f:
+                    f.write(machine.rstrip("\n") + "\n" + "".join(
+                        f"{addr} {host}\n" for addr, host in zip(self.addrs, self.names)))
             for i in range(1, count):
                 # Host 0 has one end per other host, each a /32 route to that host.
                 a, b = f"{self.tag}a{i}", self.link(i)
@@ -240,6 +249,7 @@ class Hosts:
                 except OSError:
                     pass
             subprocess.run(["ip", "netns", "del", name], capture_output=True)
+            shutil.rmtree(f"/etc/netns/{name}", ignore_errors=True)
 
 
 HOSTS_PORT = "29400"

@@ -43,6 +43,7 @@ from typing import Any
 
 from packaging.version import Version
 
+from npu_migrate.launch.errors import LaunchError
 from npu_migrate.launch.setup import cluster
 
 logger = logging.getLogger(__name__)
@@ -133,10 +134,69 @@ def _timeout(seconds: float) -> timedelta:
     return timedelta(seconds=max(seconds, CONNECT_MIN_S))
 
 
+NAME_LOOKUP_ABORTS = ((2, 5), (2, 6))
+"""The torch releases (from, before) whose classic ``TCPStore`` server aborts its process (C++
+``std::terminate``, "failed to format addr, unknown family=0") on the first connection whose
+address it cannot look up: each accepted socket's peer is formatted with ``getnameinfo``, and a
+lookup that fails (EAI_AGAIN: no DNS server answers, as on an isolated cluster) leaves an address
+family of 0 that the formatter throws on, in the server's thread. Seen on torch 2.5.1 in a network
+namespace whose resolver answers nothing; torch 2.1, 2.4, 2.6 and 2.14 print the address instead."""
+
+PROBE_ADDRESS = "198.51.100.1"
+"""A documentation address (TEST-NET-2) no host file names: its reverse lookup reaches the resolver."""
+
+
+def name_lookup_failure(address: str) -> str | None:
+    """Why looking up the name of ``address`` fails here, or None.
+
+    ``getnameinfo`` without ``NI_NAMEREQD`` gives the numeric address where a name is unknown; it
+    fails only where the resolver itself fails (no host file names the address and no DNS server
+    answers), which is what stops :data:`NAME_LOOKUP_ABORTS`' server.
+    """
+    try:
+        socket.getnameinfo((address, 0), socket.NI_NUMERICSERV)
+    except (OSError, ValueError) as exc:
+        return f"looking up {address}: {exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}"
+    return None
+
+
+def check_name_lookup(addr: str, torch_version: str | None = None) -> None:
+    """On :data:`NAME_LOOKUP_ABORTS`' releases (whose store server is always the classic one here,
+    :func:`server_options`): refuse where the server's own first connection, from ``addr``, would stop
+    the launcher; warn where only addresses no host file names would.
+
+    Raises:
+        LaunchError: ``addr``'s name cannot be looked up on such a release.
+    """
+    if torch_version is None:
+        import torch
+
+        torch_version = torch.__version__
+    low, high = NAME_LOOKUP_ABORTS
+    if not low <= Version(torch_version).release[:2] < high:
+        return
+    why = (f"torch {torch_version}'s store server stops the launcher at the first connection whose address it "
+           f"cannot look up")
+    failure = name_lookup_failure(addr)
+    if failure is not None:
+        raise LaunchError(f"{why}, and this host cannot look up its own ({failure}): list the nodes' addresses "
+                          "in /etc/hosts, make a DNS server reachable, or use torch 2.6 or newer.")
+    failure = name_lookup_failure(PROBE_ADDRESS)
+    if failure is not None:
+        logger.warning("%s, and this host's resolver does not answer (%s): every node's address must be in "
+                       "/etc/hosts here, or use torch 2.6 or newer", why, failure)
+
+
 def serve(addr: str, port: int, timeout: float) -> Any:
-    """A TCPStore server listening on ``addr:port`` only (see the module docstring)."""
+    """A TCPStore server listening on ``addr:port`` only (see the module docstring).
+
+    Raises:
+        LaunchError: this torch's server would abort at its first connection here (:func:`check_name_lookup`).
+        OSError: the address is not this host's, or the port is taken.
+    """
     from torch.distributed import TCPStore
 
+    check_name_lookup(addr)
     sock = bind(addr, port)
     try:
         return TCPStore(addr, port, None, True, _timeout(timeout), wait_for_workers=False,

@@ -118,3 +118,19 @@ def test_a_signal_on_a_node_waiting_to_join(tmp_path: Path, hosts: Hosts, sig: i
     one_line_errors(node0.err)
     assert not list(tmp_path.glob("rank*.json"))
     hosts.assert_empty()
+
+
+@pytest.mark.long
+def test_a_host_whose_resolver_does_not_answer_is_told_apart_from_one_whose_host_file_names_it(hosts: Hosts) -> None:
+    """What decides whether torch 2.5's store server would stop the launcher (servers.check_name_lookup),
+    read on a real resolver: inside a namespace no DNS server answers, and /etc/hosts names the hosts."""
+    import subprocess
+    import sys
+
+    code = ("from npu_migrate.launch.nodes import servers as s; "
+            f"print(s.name_lookup_failure({hosts.addrs[0]!r})); print(s.name_lookup_failure(s.PROBE_ADDRESS))")
+    got = subprocess.run(["ip", "netns", "exec", hosts.names[0], sys.executable, "-c", code], capture_output=True,
+                         text=True, timeout=60)
+    named, probe = got.stdout.splitlines()
+    assert named == "None", got
+    assert probe.startswith("looking up 198.51.100.1: "), got

@@ -16,6 +16,7 @@ from packaging.version import Version
 
 from conftest import free_port
 
+from npu_migrate.launch.errors import LaunchError
 from npu_migrate.launch.nodes import servers
 
 RELEASE = Version(torch.__version__).release[:2]
@@ -94,3 +95,35 @@ def test_a_connection_made_with_under_a_second_left_connects() -> None:
     client = servers.client("127.0.0.1", port, timeout=0.001)
     client.set("job/key", "value")
     assert server.get("job/key") == b"value"
+
+
+def _lookups_fail_for(monkeypatch: pytest.MonkeyPatch, *failing: str) -> None:
+    real = socket.getnameinfo
+
+    def getnameinfo(sockaddr: tuple, flags: int) -> tuple:
+        if sockaddr[0] in failing:
+            raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+        return real(sockaddr, flags)
+
+    monkeypatch.setattr(socket, "getnameinfo", getnameinfo)
+
+
+def test_torch_2_5_is_refused_in_one_line_where_its_store_server_would_stop_at_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    _lookups_fail_for(monkeypatch, "10.0.0.1", servers.PROBE_ADDRESS)
+    with pytest.raises(LaunchError) as refused:
+        servers.check_name_lookup("10.0.0.1", "2.5.1+cu124")
+    message = str(refused.value)
+    assert "\n" not in message and message.startswith("torch 2.5.1+cu124's store server stops the launcher")
+    assert "(looking up 10.0.0.1: Temporary failure in name resolution)" in message and "/etc/hosts" in message
+    for other in ("2.1.0", "2.4.0", "2.6.0", "2.14.0"):  # their servers print an address they cannot name
+        servers.check_name_lookup("10.0.0.1", other)
+
+
+def test_torch_2_5_warns_where_only_addresses_no_host_file_names_would_stop_it(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    _lookups_fail_for(monkeypatch, servers.PROBE_ADDRESS)
+    with caplog.at_level("WARNING", logger=servers.__name__):
+        servers.check_name_lookup("127.0.0.1", "2.5.1")
+    (record,) = caplog.records
+    assert "every node's address must be in /etc/hosts here" in record.getMessage()
