@@ -23,7 +23,7 @@ def node(tmp: Path, hosts: Hosts, rank: int, *extra: str, name: str | None = Non
     return host_launcher(tmp, hosts, rank, JOB, *extra, name=name, nproc=nproc, job=job)
 
 
-@pytest.mark.long
+@pytest.mark.slow  # not long: every torch tier of .ci/run runs one job across hosts (the store server differs)
 def test_two_hosts_two_ranks_each(tmp_path: Path, hosts: Hosts) -> None:
     node1 = node(tmp_path, hosts, 1, job=("--sleep", "0"))
     node0 = node(tmp_path, hosts, 0, job=("--sleep", "0"))
