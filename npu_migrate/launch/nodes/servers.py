@@ -35,6 +35,8 @@ must use another port (docs/security.md).
 from __future__ import annotations
 
 import errno
+import functools
+import ipaddress
 import logging
 import os
 import socket
@@ -44,7 +46,7 @@ from typing import Any
 from packaging.version import Version
 
 from npu_migrate.launch.errors import LaunchError
-from npu_migrate.launch.setup import cluster
+from npu_migrate.launch.setup import cluster, software
 
 logger = logging.getLogger(__name__)
 
@@ -162,29 +164,41 @@ def name_lookup_failure(address: str) -> str | None:
 
 def check_name_lookup(addr: str, torch_version: str | None = None) -> None:
     """On :data:`NAME_LOOKUP_ABORTS`' releases (whose store server is always the classic one here,
-    :func:`server_options`): refuse where the server's own first connection, from ``addr``, would stop
-    the launcher; warn where only addresses no host file names would.
+    :func:`server_options`), for a server other hosts can reach: refuse where its own first
+    connection, from ``addr``, would stop the launcher; warn (once) where only addresses no host file
+    names would. A loopback address is left alone: only this host connects to it.
 
     Raises:
         LaunchError: ``addr``'s name cannot be looked up on such a release.
     """
-    if torch_version is None:
-        import torch
-
-        torch_version = torch.__version__
+    version = torch_version or software.torch_release()
     low, high = NAME_LOOKUP_ABORTS
-    if not low <= Version(torch_version).release[:2] < high:
+    if not low <= Version(version).release[:2] < high or _loopback(addr):
         return
-    why = (f"torch {torch_version}'s store server stops the launcher at the first connection whose address it "
-           f"cannot look up")
     failure = name_lookup_failure(addr)
     if failure is not None:
-        raise LaunchError(f"{why}, and this host cannot look up its own ({failure}): list the nodes' addresses "
-                          "in /etc/hosts, make a DNS server reachable, or use torch 2.6 or newer.")
+        raise LaunchError(f"{_aborts(version)}, and this host cannot look up its own ({failure}): list the "
+                          "nodes' addresses in /etc/hosts, make a DNS server reachable, or use torch 2.6 or newer.")
+    _warn_if_resolver_silent(version)
+
+
+def _aborts(version: str) -> str:
+    return f"torch {version}'s store server stops the launcher at the first connection whose address it cannot look up"
+
+
+@functools.cache  # once per launcher: it serves a store for its peers and one for the ranks at every start
+def _warn_if_resolver_silent(version: str) -> None:
     failure = name_lookup_failure(PROBE_ADDRESS)
     if failure is not None:
         logger.warning("%s, and this host's resolver does not answer (%s): every node's address must be in "
-                       "/etc/hosts here, or use torch 2.6 or newer", why, failure)
+                       "/etc/hosts here, or use torch 2.6 or newer", _aborts(version), failure)
+
+
+def _loopback(addr: str) -> bool:
+    try:
+        return ipaddress.ip_address(addr).is_loopback
+    except ValueError:  # a host name: checked
+        return False
 
 
 def serve(addr: str, port: int, timeout: float) -> Any:

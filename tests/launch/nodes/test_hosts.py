@@ -8,6 +8,8 @@ and iproute2 and are skipped with the reason elsewhere. The machine's host name 
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -124,9 +126,6 @@ def test_a_signal_on_a_node_waiting_to_join(tmp_path: Path, hosts: Hosts, sig: i
 def test_a_host_whose_resolver_does_not_answer_is_told_apart_from_one_whose_host_file_names_it(hosts: Hosts) -> None:
     """What decides whether torch 2.5's store server would stop the launcher (servers.check_name_lookup),
     read on a real resolver: inside a namespace no DNS server answers, and /etc/hosts names the hosts."""
-    import subprocess
-    import sys
-
     code = ("from npu_migrate.launch.nodes import servers as s; "
             f"print(s.name_lookup_failure({hosts.addrs[0]!r})); print(s.name_lookup_failure(s.PROBE_ADDRESS))")
     got = subprocess.run(["ip", "netns", "exec", hosts.names[0], sys.executable, "-c", code], capture_output=True,

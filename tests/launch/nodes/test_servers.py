@@ -98,32 +98,33 @@ def test_a_connection_made_with_under_a_second_left_connects() -> None:
 
 
 def _lookups_fail_for(monkeypatch: pytest.MonkeyPatch, *failing: str) -> None:
-    real = socket.getnameinfo
-
+    """getnameinfo as a resolver that fails for ``failing`` and knows no name for the others."""
     def getnameinfo(sockaddr: tuple, flags: int) -> tuple:
         if sockaddr[0] in failing:
             raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
-        return real(sockaddr, flags)
+        return sockaddr[0], str(sockaddr[1])
 
     monkeypatch.setattr(socket, "getnameinfo", getnameinfo)
 
 
 def test_torch_2_5_is_refused_in_one_line_where_its_store_server_would_stop_at_once(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    _lookups_fail_for(monkeypatch, "10.0.0.1", servers.PROBE_ADDRESS)
+    _lookups_fail_for(monkeypatch, "10.0.0.1", "127.0.0.1", servers.PROBE_ADDRESS)
     with pytest.raises(LaunchError) as refused:
-        servers.check_name_lookup("10.0.0.1", "2.5.1+cu124")
+        servers.check_name_lookup("10.0.0.1", "2.5.1")
     message = str(refused.value)
-    assert "\n" not in message and message.startswith("torch 2.5.1+cu124's store server stops the launcher")
+    assert "\n" not in message and message.startswith("torch 2.5.1's store server stops the launcher")
     assert "(looking up 10.0.0.1: Temporary failure in name resolution)" in message and "/etc/hosts" in message
     for other in ("2.1.0", "2.4.0", "2.6.0", "2.14.0"):  # their servers print an address they cannot name
         servers.check_name_lookup("10.0.0.1", other)
+    servers.check_name_lookup("127.0.0.1", "2.5.1")  # only this host connects to a loopback store
 
 
-def test_torch_2_5_warns_where_only_addresses_no_host_file_names_would_stop_it(
+def test_torch_2_5_warns_once_where_only_addresses_no_host_file_names_would_stop_it(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     _lookups_fail_for(monkeypatch, servers.PROBE_ADDRESS)
     with caplog.at_level("WARNING", logger=servers.__name__):
-        servers.check_name_lookup("127.0.0.1", "2.5.1")
+        for _ in range(2):  # the launcher's store, then the ranks' store
+            servers.check_name_lookup("10.0.0.2", "2.5.0")
     (record,) = caplog.records
     assert "every node's address must be in /etc/hosts here" in record.getMessage()
